@@ -1,0 +1,17 @@
+# The two commands of the README's quick start.
+DYNALITE := internal/ddbtest/testdata/dynalite
+
+.PHONY: test demo deps
+
+## test: every test, with the race detector, against a local dynalite
+## that the test harness starts by itself (installed from the lockfile).
+test: deps
+	go vet ./...
+	go test -race -count=1 ./...
+
+## demo: two workers contend for a lock, one dies, the other takes over.
+demo: deps
+	go run ./cmd/ddblock demo
+
+deps:
+	cd $(DYNALITE) && npm ci --no-audit --no-fund --loglevel=error

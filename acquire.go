@@ -1,0 +1,303 @@
+package ddblock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoDB's limits on key values.
+const (
+	maxPartitionKeyBytes = 2048
+	maxSortKeyBytes      = 1024
+)
+
+// AcquireLock takes the lock on (partitionKey, sort key), waiting while
+// someone else holds it, as python_dynamodb_lock does:
+//
+//   - no item: a conditional put creates it, and the lock is held. An
+//     uncontended acquire is this one call;
+//   - an item: its record version number is remembered with the time it
+//     was first seen (on the monotonic clock). Once the same number has
+//     been seen unchanged for the item's own lease duration, its holder is
+//     presumed dead and a put conditioned on that number takes it over;
+//   - otherwise it waits the retry period and reads again; a waiter only
+//     reads, and writes only when a write can succeed;
+//   - losing a race to another client is not an error: it waits and tries
+//     again.
+//
+// It ends with CodeAcquireTimeout after the retry timeout (or at ctx's
+// deadline), CodeCanceled when ctx is cancelled, CodeClientShutdown when
+// the client is closed, CodeInvalidArgument for bad arguments, and
+// CodeUnknown, wrapping the cause, on any other failure.
+func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
+	o := AcquireOptions{
+		SortKey:      DefaultSortKey,
+		RetryPeriod:  c.opts.HeartbeatPeriod,
+		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := c.checkAcquire(partitionKey, &o); err != nil {
+		return nil, err
+	}
+	a := &acquisition{c: c, pk: partitionKey, opts: o, start: c.clock.Monotonic()}
+	return a.run(ctx)
+}
+
+func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
+	var errs []error
+	checkKey := func(setting, v string, limit int) {
+		switch {
+		case v == "":
+			errs = append(errs, invalidArg(setting, "must not be empty"))
+		case len(v) > limit:
+			errs = append(errs, invalidArg(setting, fmt.Sprintf("is %d bytes, over DynamoDB's %d", len(v), limit)))
+		case !utf8.ValidString(v):
+			errs = append(errs, invalidArg(setting, "is not valid UTF-8"))
+		}
+	}
+	checkKey("PartitionKey", pk, maxPartitionKeyBytes)
+	checkKey("SortKey", o.SortKey, maxSortKeyBytes)
+	if o.RetryPeriod <= 0 {
+		errs = append(errs, invalidArg("RetryPeriod", fmt.Sprintf("must be positive, got %v", o.RetryPeriod)))
+	}
+	if o.RetryTimeout < 0 {
+		errs = append(errs, invalidArg("RetryTimeout", fmt.Sprintf("must not be negative, got %v", o.RetryTimeout)))
+	}
+	for name, v := range o.AdditionalAttributes {
+		switch {
+		case c.codec.reserved(name):
+			errs = append(errs, invalidArg("AdditionalAttributes", fmt.Sprintf("%q is an attribute of the lock itself", name)))
+		case name == "":
+			errs = append(errs, invalidArg("AdditionalAttributes", "an attribute name is empty"))
+		case v == nil:
+			errs = append(errs, invalidArg("AdditionalAttributes", fmt.Sprintf("%q has a nil value", name)))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// acquisition is one AcquireLock call in progress.
+type acquisition struct {
+	c     *Client
+	pk    string
+	opts  AcquireOptions
+	start time.Duration
+
+	// What the last look at the table showed: an item with this record
+	// version number, first seen at seenAt (monotonic).
+	seen     *LockInfo
+	seenAt   time.Duration
+	attempts int
+}
+
+func (a *acquisition) run(ctx context.Context) (*Lock, error) {
+	c := a.c
+	for {
+		if c.isClosed() {
+			return nil, a.fail(CodeClientShutdown, "the client is closed", nil)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, a.ctxError(ctx)
+		}
+		lock, err := a.attempt(ctx)
+		if lock != nil || err != nil {
+			return lock, err
+		}
+		// Sleep until start + n*retry period, as Python does, unless that
+		// is past the retry timeout.
+		a.attempts++
+		wake := a.start + time.Duration(a.attempts)*a.opts.RetryPeriod
+		if wake > a.start+a.opts.RetryTimeout {
+			return nil, a.fail(CodeAcquireTimeout, fmt.Sprintf("not acquired within %v", a.opts.RetryTimeout), nil)
+		}
+		if err := a.sleep(ctx, wake-c.clock.Monotonic()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attempt makes one try. It returns the lock when acquired, an error
+// when the acquire must end, and neither when it should wait and retry.
+func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
+	c := a.c
+	if a.seen != nil {
+		// Someone held the lock when we last looked: read before writing,
+		// so that waiting costs reads only.
+		info, err := c.readItem(ctx, a.pk, a.opts.SortKey)
+		if err != nil {
+			return nil, a.callError(ctx, "reading the lock", err)
+		}
+		a.observe(info, c.clock.Monotonic())
+		if a.seen != nil && c.clock.Monotonic()-a.seenAt < a.seen.LeaseDuration {
+			return nil, nil // held, and not yet silent for a whole lease
+		}
+	}
+	return a.put(ctx)
+}
+
+// observe records what a read showed.
+func (a *acquisition) observe(info *LockInfo, now time.Duration) {
+	switch {
+	case info == nil:
+		a.seen = nil
+	case a.seen == nil || a.seen.RecordVersionNumber != info.RecordVersionNumber:
+		a.seen, a.seenAt = info, now
+	default:
+		a.seen = info // same version: keep the time it was first seen
+	}
+}
+
+// put writes our lock: a new item when none was seen, or over the seen
+// one, conditioned on its version number being unchanged.
+func (a *acquisition) put(ctx context.Context) (*Lock, error) {
+	c := a.c
+	now := c.clock.Now()
+	info := &LockInfo{
+		PartitionKey:         a.pk,
+		SortKey:              a.opts.SortKey,
+		OwnerName:            c.opts.OwnerName,
+		LeaseDuration:        c.opts.LeaseDuration,
+		RecordVersionNumber:  newRecordVersionNumber(),
+		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
+		AdditionalAttributes: a.opts.AdditionalAttributes,
+	}
+	in := &dynamodb.PutItemInput{
+		TableName:                           aws.String(c.opts.TableName),
+		Item:                                c.codec.encode(info),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if a.seen == nil {
+		in.ConditionExpression = aws.String(condNew)
+		in.ExpressionAttributeNames = map[string]string{namePK: c.opts.PartitionKeyName}
+	} else {
+		in.ConditionExpression = aws.String(condOwned)
+		in.ExpressionAttributeNames = map[string]string{nameRVN: attrRVN}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{
+			valueRVN: &types.AttributeValueMemberS{Value: a.seen.RecordVersionNumber},
+		}
+	}
+	sent := c.clock.Monotonic()
+	_, err := c.ddb.PutItem(ctx, in)
+	if err == nil {
+		return a.won(ctx, info, sent)
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		if ctx.Err() != nil {
+			// The put may have landed before the cancel: take back what
+			// we may have written, so that nobody waits a lease on it.
+			c.deleteIfOurs(info)
+		}
+		return nil, a.callError(ctx, "writing the lock", err)
+	}
+	// Someone else holds it, or won the race. Servers that implement
+	// ReturnValuesOnConditionCheckFailure hand us the item; others make
+	// us read it.
+	var current *LockInfo
+	if ccf.Item != nil {
+		current, err = c.codec.decode(ccf.Item)
+		if err != nil {
+			return nil, a.fail(CodeUnknown, "reading the lock", err)
+		}
+	} else if current, err = c.readItem(ctx, a.pk, a.opts.SortKey); err != nil {
+		return nil, a.callError(ctx, "reading the lock", err)
+	}
+	if current != nil && current.RecordVersionNumber == info.RecordVersionNumber {
+		// Our own write: its reply was lost and the SDK's retry failed
+		// the condition on the item that write made.
+		return a.won(ctx, info, sent)
+	}
+	a.observe(current, c.clock.Monotonic())
+	return nil, nil
+}
+
+// won turns a successful write into a held lock.
+func (a *acquisition) won(ctx context.Context, info *LockInfo, sent time.Duration) (*Lock, error) {
+	c := a.c
+	l := &Lock{
+		client:        c,
+		id:            lockID(info.PartitionKey, info.SortKey),
+		pk:            info.PartitionKey,
+		sk:            info.SortKey,
+		owner:         info.OwnerName,
+		lease:         info.LeaseDuration,
+		attrs:         info.AdditionalAttributes,
+		callback:      a.opts.Callback,
+		status:        StatusLocked,
+		rvn:           info.RecordVersionNumber,
+		expiry:        info.ExpiryTime,
+		lastHeartbeat: sent,
+		done:          make(chan struct{}),
+	}
+	if !c.register(l) {
+		c.deleteIfOurs(info)
+		return nil, a.fail(CodeClientShutdown, "the client was closed while acquiring", nil)
+	}
+	return l, nil
+}
+
+// deleteIfOurs removes an item we wrote but will not hold, best effort,
+// on a context of its own: the caller's may be cancelled already.
+func (c *Client) deleteIfOurs(info *LockInfo) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
+	defer cancel()
+	if err := c.deleteItem(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber); err != nil && !isConditionFailed(err) {
+		c.log.Warn("ddblock: could not remove an abandoned acquire", "key", info.PartitionKey, "sort_key", info.SortKey, "err", err)
+	}
+}
+
+func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
+	t := a.c.clock.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return a.ctxError(ctx)
+	case <-a.c.ctx.Done():
+		return a.fail(CodeClientShutdown, "the client was closed while waiting", nil)
+	}
+}
+
+// callError classifies a failed DynamoDB call made while acquiring.
+func (a *acquisition) callError(ctx context.Context, doing string, err error) error {
+	if ctx.Err() != nil {
+		return a.ctxError(ctx)
+	}
+	if isTableNotFound(err) {
+		return a.fail(CodeTableNotFound, doing+": table "+a.c.opts.TableName+" does not exist", err)
+	}
+	return a.fail(CodeUnknown, doing, err)
+}
+
+func (a *acquisition) ctxError(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return a.fail(CodeAcquireTimeout, "the context's deadline passed", cause)
+	}
+	return a.fail(CodeCanceled, "the context was cancelled", cause)
+}
+
+func (a *acquisition) fail(code Code, msg string, cause error) *Error {
+	return &Error{Code: code, Message: msg, PartitionKey: a.pk, SortKey: a.opts.SortKey, Err: cause}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}

@@ -1,0 +1,264 @@
+package ddblock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// DynamoDBAPI is the part of *dynamodb.Client that a lock client uses.
+type DynamoDBAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+var _ DynamoDBAPI = (*dynamodb.Client)(nil)
+
+// Client takes, heartbeats and releases locks in one DynamoDB table. It
+// is safe for concurrent use. Create one per process with [New] and close
+// it with [Client.Close].
+//
+// A client runs a fixed set of goroutines whatever the number of locks it
+// holds: one heartbeat scheduler (with at most
+// [Options.HeartbeatConcurrency] calls in flight), one safety monitor,
+// and [Options.CallbackWorkers] callback workers.
+type Client struct {
+	ddb   DynamoDBAPI
+	opts  Options
+	codec itemCodec
+	log   *slog.Logger
+	clock Clock
+
+	// ctx lives as long as the client; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	locks   map[string]*Lock
+	nextSeq uint64
+
+	heartbeats *heartbeater
+	monitor    *monitor
+	callbacks  *callbackPool
+	background sync.WaitGroup
+
+	closeOnce sync.Once
+	closeDone chan struct{}
+
+	stats clientStats
+}
+
+type clientStats struct {
+	lateRounds         atomic.Uint64
+	heartbeatsSent     atomic.Uint64
+	heartbeatsFailed   atomic.Uint64
+	heartbeatsSkipped  atomic.Uint64
+	inDanger           atomic.Uint64
+	recovered          atomic.Uint64
+	stolen             atomic.Uint64
+	callbackPanics     atomic.Uint64
+	callbacksDropped   atomic.Uint64
+	callbacksDelivered atomic.Uint64
+}
+
+// Stats are counters of a client's background work since it was created.
+type Stats struct {
+	// HeldLocks is the number of locks the client holds now.
+	HeldLocks int
+	// LateRounds counts heartbeat rounds that could not send every lock's
+	// heartbeat within the heartbeat period.
+	LateRounds uint64
+	// HeartbeatsSent and HeartbeatsFailed count heartbeat calls that
+	// succeeded and that failed (stolen locks included).
+	HeartbeatsSent, HeartbeatsFailed uint64
+	// HeartbeatsSkipped counts locks passed over in a round because their
+	// previous heartbeat was still in flight.
+	HeartbeatsSkipped uint64
+	// InDanger, Recovered and Stolen count those events.
+	InDanger, Recovered, Stolen uint64
+	// CallbacksDelivered, CallbacksDropped and CallbackPanics count app
+	// callbacks run, dropped from a full per-lock queue, and recovered
+	// from a panic.
+	CallbacksDelivered, CallbacksDropped, CallbackPanics uint64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	held := len(c.locks)
+	c.mu.Unlock()
+	s := &c.stats
+	return Stats{
+		HeldLocks:          held,
+		LateRounds:         s.lateRounds.Load(),
+		HeartbeatsSent:     s.heartbeatsSent.Load(),
+		HeartbeatsFailed:   s.heartbeatsFailed.Load(),
+		HeartbeatsSkipped:  s.heartbeatsSkipped.Load(),
+		InDanger:           s.inDanger.Load(),
+		Recovered:          s.recovered.Load(),
+		Stolen:             s.stolen.Load(),
+		CallbacksDelivered: s.callbacksDelivered.Load(),
+		CallbacksDropped:   s.callbacksDropped.Load(),
+		CallbackPanics:     s.callbackPanics.Load(),
+	}
+}
+
+// New returns a client for the lock table, configured by opts over
+// python_dynamodb_lock's defaults, and starts its background goroutines.
+// Settings that cannot work are refused, all at once, with errors of code
+// CodeInvalidArgument naming each setting.
+func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	var errs []error
+	if ddb == nil || isNilInterface(ddb) {
+		errs = append(errs, invalidArg("DynamoDB", "client must not be nil"))
+	}
+	if err := o.resolve(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c := &Client{
+		ddb:       ddb,
+		opts:      o,
+		codec:     itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
+		log:       o.Logger,
+		clock:     o.Clock,
+		locks:     make(map[string]*Lock),
+		closeDone: make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.callbacks = newCallbackPool(c)
+	c.heartbeats = newHeartbeater(c)
+	c.monitor = newMonitor(c)
+	c.start(c.heartbeats.run, c.monitor.run)
+	for range o.CallbackWorkers {
+		c.start(c.callbacks.work)
+	}
+	return c, nil
+}
+
+func (c *Client) start(fns ...func(context.Context)) {
+	for _, fn := range fns {
+		c.background.Add(1)
+		go func() {
+			defer c.background.Done()
+			fn(c.ctx)
+		}()
+	}
+}
+
+// Options returns the client's settings, defaults filled in.
+func (c *Client) Options() Options { return c.opts }
+
+// register adds a freshly acquired lock to the held set; it fails when
+// the client was closed meanwhile.
+func (c *Client) register(l *Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.nextSeq++
+	l.seq = c.nextSeq
+	c.locks[l.id] = l
+	c.heartbeats.poke()
+	return true
+}
+
+// unregister drops l from the held set, if it is there.
+func (c *Client) unregister(l *Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.locks[l.id] != l {
+		return false
+	}
+	delete(c.locks, l.id)
+	return true
+}
+
+// heldLocks returns a snapshot of the held set.
+func (c *Client) heldLocks() []*Lock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Lock, 0, len(c.locks))
+	for _, l := range c.locks {
+		out = append(out, l)
+	}
+	return out
+}
+
+// HeldLocks returns the locks this client holds now, in no order.
+func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
+
+// Close shuts the client down, in the manner of http.Server.Shutdown: it
+// refuses new acquires (CLIENT_SHUTDOWN), stops heartbeating, and waits
+// for in-flight heartbeats and pending callbacks, or returns ctx's error
+// when ctx ends first.
+//
+// By default it does NOT release held locks, as Python does not: the
+// application may still be working under them, and they expire after
+// their lease. Their Done channels close with CLIENT_SHUTDOWN. With
+// releaseLocks, every held lock is released, best effort.
+//
+// Calling Close again is safe; later calls wait like the first.
+func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		held := make([]*Lock, 0, len(c.locks))
+		for _, l := range c.locks {
+			held = append(held, l)
+		}
+		c.mu.Unlock()
+
+		// The heartbeater and the monitor stop taking new work now; the
+		// heartbeater's run returns only once its sends have finished.
+		c.cancel()
+		go func() {
+			if releaseLocks {
+				c.releaseAll(held)
+			}
+			c.mu.Lock()
+			rest := c.locks
+			c.locks = map[string]*Lock{}
+			c.mu.Unlock()
+			for _, l := range rest {
+				l.mu.Lock()
+				l.finishLocked(l.lockError(CodeClientShutdown, "the client was closed", nil))
+				l.mu.Unlock()
+			}
+			c.callbacks.close()
+			c.background.Wait()
+			close(c.closeDone)
+		}()
+	})
+	select {
+	case <-c.closeDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isNilInterface catches a typed nil pointer inside the interface, such
+// as a nil *dynamodb.Client.
+func isNilInterface(ddb DynamoDBAPI) bool {
+	c, ok := ddb.(*dynamodb.Client)
+	return ok && c == nil
+}

@@ -1,0 +1,162 @@
+package ddblock
+
+import (
+	"errors"
+	"strings"
+)
+
+// Code says what kind of failure an [Error] reports. The first six are
+// python_dynamodb_lock's codes, spelled as Python spells them; the rest
+// are ddblock's own.
+type Code string
+
+// Python's codes.
+const (
+	// CodeClientShutdown: the client was closed.
+	CodeClientShutdown Code = "CLIENT_SHUTDOWN"
+	// CodeAcquireTimeout: the lock was not acquired within the retry timeout.
+	CodeAcquireTimeout Code = "ACQUIRE_TIMEOUT"
+	// CodeLockNotOwned: the lock is not held by this client.
+	CodeLockNotOwned Code = "LOCK_NOT_OWNED"
+	// CodeLockStolen: another client took the lock (its record version
+	// number changed under us).
+	CodeLockStolen Code = "LOCK_STOLEN"
+	// CodeLockInDanger: the lock went longer than the safe period without
+	// a successful heartbeat; another client may take it soon.
+	CodeLockInDanger Code = "LOCK_IN_DANGER"
+	// CodeUnknown: any other failure; the cause is wrapped.
+	CodeUnknown Code = "UNKNOWN"
+)
+
+// ddblock's own codes.
+const (
+	// CodeCanceled: the caller's context was cancelled during a wait. The
+	// error also matches context.Canceled (or the context's cause) with
+	// errors.Is.
+	CodeCanceled Code = "CANCELED"
+	// CodeInvalidArgument: a setting or argument that cannot work.
+	CodeInvalidArgument Code = "INVALID_ARGUMENT"
+	// CodeLockReleased: the lock was released by its holder. It is the
+	// reason [Lock.Err] gives after a release, never an error of Release.
+	CodeLockReleased Code = "LOCK_RELEASED"
+	// CodeLockRecovered: a lock that was in danger was heartbeated again
+	// before anyone took it over. It is an event code for callbacks only.
+	CodeLockRecovered Code = "LOCK_RECOVERED"
+	// CodeLockNotFound: no lock item exists for the key.
+	CodeLockNotFound Code = "LOCK_NOT_FOUND"
+	// CodeInvalidItem: an item in the table is not a lock item this
+	// library can read (a missing or mistyped attribute).
+	CodeInvalidItem Code = "INVALID_ITEM"
+	// CodeTableNotFound: the lock table does not exist.
+	CodeTableNotFound Code = "TABLE_NOT_FOUND"
+	// CodeTableMismatch: the table exists but its key schema differs from
+	// the client's settings.
+	CodeTableMismatch Code = "TABLE_MISMATCH"
+	// CodeTTLUnsupported: the server does not implement UpdateTimeToLive.
+	// The table was created and is usable; expired items are not cleaned
+	// up by the server.
+	CodeTTLUnsupported Code = "TTL_UNSUPPORTED"
+)
+
+// Error is the one error type ddblock returns. Match a kind with
+// errors.Is against the Err… sentinels, or read the fields with errors.As:
+//
+//	var lerr *ddblock.Error
+//	if errors.As(err, &lerr) && lerr.Code == ddblock.CodeAcquireTimeout { … }
+//
+// Unwrap reaches the cause: an AWS SDK error, or the context's error when
+// a wait was cancelled.
+type Error struct {
+	// Code is the kind of failure.
+	Code Code
+	// Message says what happened, for people.
+	Message string
+	// PartitionKey and SortKey name the lock, when there is one.
+	PartitionKey, SortKey string
+	// Setting names the option or argument that was refused
+	// (CodeInvalidArgument only).
+	Setting string
+	// Err is the cause, if any.
+	Err error
+}
+
+// Error formats the error as "ddblock: CODE: message (key "pk"/"sk"): cause".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("ddblock: ")
+	b.WriteString(string(e.Code))
+	if e.Setting != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Setting)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.PartitionKey != "" || e.SortKey != "" {
+		b.WriteString(" (key ")
+		b.WriteString(quoteKey(e.PartitionKey))
+		b.WriteString("/")
+		b.WriteString(quoteKey(e.SortKey))
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is the sentinel for e's code, so that
+// errors.Is(err, ddblock.ErrAcquireTimeout) works through any wrapping.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(*Error)
+	return ok && s.isSentinel() && s.Code == e.Code
+}
+
+func (e *Error) isSentinel() bool {
+	return e.Message == "" && e.Err == nil && e.Setting == "" && e.PartitionKey == "" && e.SortKey == ""
+}
+
+// Sentinels, one per code, for errors.Is.
+var (
+	ErrClientShutdown  = &Error{Code: CodeClientShutdown}
+	ErrAcquireTimeout  = &Error{Code: CodeAcquireTimeout}
+	ErrLockNotOwned    = &Error{Code: CodeLockNotOwned}
+	ErrLockStolen      = &Error{Code: CodeLockStolen}
+	ErrLockInDanger    = &Error{Code: CodeLockInDanger}
+	ErrUnknown         = &Error{Code: CodeUnknown}
+	ErrCanceled        = &Error{Code: CodeCanceled}
+	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}
+	ErrLockReleased    = &Error{Code: CodeLockReleased}
+	ErrLockRecovered   = &Error{Code: CodeLockRecovered}
+	ErrLockNotFound    = &Error{Code: CodeLockNotFound}
+	ErrInvalidItem     = &Error{Code: CodeInvalidItem}
+	ErrTableNotFound   = &Error{Code: CodeTableNotFound}
+	ErrTableMismatch   = &Error{Code: CodeTableMismatch}
+	ErrTTLUnsupported  = &Error{Code: CodeTTLUnsupported}
+)
+
+// CodeOf returns the code of the first *Error in err's chain, or "" when
+// there is none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func invalidArg(setting, msg string) *Error {
+	return &Error{Code: CodeInvalidArgument, Setting: setting, Message: msg}
+}
+
+func quoteKey(s string) string {
+	if len(s) > 64 {
+		s = s[:61] + "..."
+	}
+	return `"` + s + `"`
+}

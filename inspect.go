@@ -1,0 +1,139 @@
+package ddblock
+
+import (
+	"context"
+	"iter"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// readItem reads a lock item with a strongly consistent GetItem; nil
+// when there is none.
+func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error) {
+	out, err := c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(c.opts.TableName),
+		Key:            c.codec.key(pk, sk),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return c.codec.decode(out.Item)
+}
+
+// GetLock reads the lock on (partitionKey, sortKey) from the table,
+// whoever holds it: Python's BaseDynamoDBLock. It returns an error of
+// CodeLockNotFound when there is no such lock, CodeInvalidItem when the
+// item is not a lock item, and CodeTableNotFound or CodeUnknown when the
+// read fails.
+//
+// A lock item says who wrote it last, not that its holder is alive: a
+// crashed holder's item stays until someone takes it over.
+func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*LockInfo, error) {
+	if sortKey == "" {
+		sortKey = DefaultSortKey
+	}
+	info, err := c.readItem(ctx, partitionKey, sortKey)
+	if err != nil {
+		return nil, c.tableError(err, "reading the lock", partitionKey, sortKey)
+	}
+	if info == nil {
+		return nil, &Error{Code: CodeLockNotFound, Message: "no lock item", PartitionKey: partitionKey, SortKey: sortKey}
+	}
+	return info, nil
+}
+
+// ListLocks returns every lock item in the table, one page of a
+// strongly consistent Scan at a time. An item that is not a lock item
+// yields a CodeInvalidItem error and the listing goes on; a failed call
+// yields its error and ends the listing.
+//
+//	for info, err := range client.ListLocks(ctx) { … }
+func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
+	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
+		out, err := c.ddb.Scan(ctx, &dynamodb.ScanInput{
+			TableName:         aws.String(c.opts.TableName),
+			ConsistentRead:    aws.Bool(true),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return pageResult{}, err
+		}
+		return pageResult{out.Items, out.LastEvaluatedKey}, nil
+	})
+}
+
+// ListLocksByPartitionKey returns the locks that share a partition key
+// (one per sort key), with a strongly consistent Query.
+func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey string) iter.Seq2[*LockInfo, error] {
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(c.opts.PartitionKeyName).Equal(expression.Value(partitionKey))).
+		Build()
+	if err != nil {
+		return func(yield func(*LockInfo, error) bool) {
+			yield(nil, invalidArg("PartitionKey", err.Error()))
+		}
+	}
+	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
+		out, err := c.ddb.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(c.opts.TableName),
+			ConsistentRead:            aws.Bool(true),
+			KeyConditionExpression:    expr.KeyCondition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return pageResult{}, err
+		}
+		return pageResult{out.Items, out.LastEvaluatedKey}, nil
+	})
+}
+
+type pageResult struct {
+	items []map[string]types.AttributeValue
+	next  map[string]types.AttributeValue
+}
+
+func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.AttributeValue) (pageResult, error)) iter.Seq2[*LockInfo, error] {
+	return func(yield func(*LockInfo, error) bool) {
+		var start map[string]types.AttributeValue
+		for {
+			page, err := fetch(start)
+			if err != nil {
+				yield(nil, c.tableError(err, "listing locks", "", ""))
+				return
+			}
+			for _, item := range page.items {
+				info, err := c.codec.decode(item)
+				if !yield(info, err) {
+					return
+				}
+			}
+			if len(page.next) == 0 {
+				return
+			}
+			start = page.next
+			if ctx.Err() != nil {
+				yield(nil, &Error{Code: CodeCanceled, Message: "listing locks", Err: context.Cause(ctx)})
+				return
+			}
+		}
+	}
+}
+
+func (c *Client) tableError(err error, doing, pk, sk string) *Error {
+	code := CodeUnknown
+	msg := doing
+	if isTableNotFound(err) {
+		code = CodeTableNotFound
+		msg = doing + ": table " + c.opts.TableName + " does not exist"
+	}
+	return &Error{Code: code, Message: msg, PartitionKey: pk, SortKey: sk, Err: err}
+}

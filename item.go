@@ -1,0 +1,231 @@
+package ddblock
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The attribute names python_dynamodb_lock writes; the key and TTL names
+// are settings of the client.
+const (
+	attrOwnerName     = "owner_name"
+	attrLeaseDuration = "lease_duration"
+	attrRVN           = "record_version_number"
+)
+
+func isLockAttribute(name string) bool {
+	return name == attrOwnerName || name == attrLeaseDuration || name == attrRVN
+}
+
+// Expression attribute names shared by every request, so that no user
+// setting can collide with a DynamoDB reserved word.
+const (
+	namePK    = "#pk"
+	nameSK    = "#sk"
+	nameRVN   = "#rvn"
+	nameTTL   = "#ttl"
+	valueRVN  = ":rvn"
+	valueNew  = ":new"
+	valueTTL  = ":ttl"
+	condNew   = "attribute_not_exists(" + namePK + ")"
+	condOwned = nameRVN + " = " + valueRVN
+)
+
+// LockInfo is a lock as stored in the table, whoever holds it: what
+// Python calls BaseDynamoDBLock.
+type LockInfo struct {
+	PartitionKey string
+	SortKey      string
+	// OwnerName identifies the holder.
+	OwnerName string
+	// LeaseDuration is how long the holder may stay silent before others
+	// may take the lock over.
+	LeaseDuration time.Duration
+	// RecordVersionNumber changes with every acquire and heartbeat.
+	RecordVersionNumber string
+	// ExpiryTime is the TTL attribute: when DynamoDB may delete the item.
+	// It never decides a lease.
+	ExpiryTime time.Time
+	// AdditionalAttributes are the application's data stored with the lock.
+	AdditionalAttributes map[string]types.AttributeValue
+}
+
+// ID returns Python's unique identifier of a lock:
+// quote(partition key) + "|" + quote(sort key).
+func (i *LockInfo) ID() string { return lockID(i.PartitionKey, i.SortKey) }
+
+func lockID(pk, sk string) string { return pyQuote(pk) + "|" + pyQuote(sk) }
+
+// pyQuote is Python's urllib.parse.quote with its default safe set: it
+// keeps letters, digits, "_.-~" and "/", and escapes every other byte of
+// the UTF-8 form as %XX.
+func pyQuote(s string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '_', c == '.', c == '-', c == '~', c == '/':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		}
+	}
+	return b.String()
+}
+
+// formatLease writes a lease in seconds: whole seconds as an integer
+// ("30"), as Python does; fractions in the shortest decimal that reads
+// back as the same float64 ("0.1"). Python writes the float's full binary
+// expansion there; both read back as the same number.
+func formatLease(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10)
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// parseLease reads a lease written by anyone: any DynamoDB number of
+// seconds, from "30" to "0.1000000000000000055511151231257827021181583404541015625".
+func parseLease(s string) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > maxLease.Seconds() {
+		return 0, false
+	}
+	return time.Duration(math.Round(f * float64(time.Second))), true
+}
+
+// parseEpochSeconds reads the TTL attribute: a number of epoch seconds,
+// whole as Python writes it, fractional if someone else wrote it.
+func parseEpochSeconds(s string) (time.Time, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || math.Abs(f) > 1e11 {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(frac*1e9)), true
+}
+
+// itemCodec turns lock items into LockInfo and back, under the client's
+// attribute names.
+type itemCodec struct {
+	pk, sk, ttl string
+}
+
+func (c itemCodec) reserved(name string) bool {
+	return name == c.pk || name == c.sk || name == c.ttl || isLockAttribute(name)
+}
+
+func (c itemCodec) key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		c.pk: &types.AttributeValueMemberS{Value: pk},
+		c.sk: &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+// encode returns the item for a lock taken with the given version number
+// and expiry. Additional attributes go in first so that they can never
+// overwrite the lock's own (they are refused earlier anyway).
+func (c itemCodec) encode(info *LockInfo) map[string]types.AttributeValue {
+	item := make(map[string]types.AttributeValue, len(info.AdditionalAttributes)+6)
+	for k, v := range info.AdditionalAttributes {
+		item[k] = v
+	}
+	item[c.pk] = &types.AttributeValueMemberS{Value: info.PartitionKey}
+	item[c.sk] = &types.AttributeValueMemberS{Value: info.SortKey}
+	item[attrOwnerName] = &types.AttributeValueMemberS{Value: info.OwnerName}
+	item[attrLeaseDuration] = &types.AttributeValueMemberN{Value: formatLease(info.LeaseDuration)}
+	item[attrRVN] = &types.AttributeValueMemberS{Value: info.RecordVersionNumber}
+	item[c.ttl] = &types.AttributeValueMemberN{Value: strconv.FormatInt(info.ExpiryTime.Unix(), 10)}
+	return item
+}
+
+// decode reads a lock item written by any client. A missing or mistyped
+// attribute gives an INVALID_ITEM error naming it; nothing panics.
+func (c itemCodec) decode(item map[string]types.AttributeValue) (*LockInfo, error) {
+	info := &LockInfo{}
+	str := func(name string, dst *string) error {
+		v, ok := item[name].(*types.AttributeValueMemberS)
+		if !ok {
+			return c.invalid(item, name, "missing, or not a string")
+		}
+		*dst = v.Value
+		return nil
+	}
+	num := func(name string) (string, error) {
+		v, ok := item[name].(*types.AttributeValueMemberN)
+		if !ok {
+			return "", c.invalid(item, name, "missing, or not a number")
+		}
+		return v.Value, nil
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{
+		{c.pk, &info.PartitionKey},
+		{c.sk, &info.SortKey},
+		{attrOwnerName, &info.OwnerName},
+		{attrRVN, &info.RecordVersionNumber},
+	} {
+		if err := str(f.name, f.dst); err != nil {
+			return nil, err
+		}
+	}
+	lease, err := num(attrLeaseDuration)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if info.LeaseDuration, ok = parseLease(lease); !ok {
+		return nil, c.invalid(item, attrLeaseDuration, "not a lease in seconds between 0 and one year: "+truncate(lease, 64))
+	}
+	// The TTL attribute is only for DynamoDB's clean-up: a lock without
+	// one is still a lock.
+	if _, present := item[c.ttl]; present {
+		expiry, err := num(c.ttl)
+		if err != nil {
+			return nil, err
+		}
+		if info.ExpiryTime, ok = parseEpochSeconds(expiry); !ok {
+			return nil, c.invalid(item, c.ttl, "not epoch seconds: "+truncate(expiry, 64))
+		}
+	}
+	for k, v := range item {
+		if c.reserved(k) {
+			continue
+		}
+		if info.AdditionalAttributes == nil {
+			info.AdditionalAttributes = make(map[string]types.AttributeValue)
+		}
+		info.AdditionalAttributes[k] = v
+	}
+	return info, nil
+}
+
+func (c itemCodec) invalid(item map[string]types.AttributeValue, attr, msg string) *Error {
+	e := &Error{Code: CodeInvalidItem, Message: "attribute " + strconv.Quote(attr) + " " + msg}
+	if v, ok := item[c.pk].(*types.AttributeValueMemberS); ok {
+		e.PartitionKey = v.Value
+	}
+	if v, ok := item[c.sk].(*types.AttributeValueMemberS); ok {
+		e.SortKey = v.Value
+	}
+	return e
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func formatEpoch(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }

@@ -1,0 +1,230 @@
+package ddblock
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Status is where a [Lock] is in its life:
+//
+//	PENDING → LOCKED ⇄ IN_DANGER → RELEASED or INVALID
+//
+// The names and values are python_dynamodb_lock's.
+type Status string
+
+// The statuses.
+const (
+	// StatusPending: being acquired.
+	StatusPending Status = "PENDING"
+	// StatusLocked: held, and heartbeated within the safe period.
+	StatusLocked Status = "LOCKED"
+	// StatusReleased: given back by this client.
+	StatusReleased Status = "RELEASED"
+	// StatusInDanger: held, but not heartbeated within the safe period;
+	// another client may soon take it. Heartbeats go on, and a successful
+	// one brings the lock back to LOCKED.
+	StatusInDanger Status = "IN_DANGER"
+	// StatusInvalid: taken by another client.
+	StatusInvalid Status = "INVALID"
+)
+
+// Callback is told about events of a held lock: CodeLockInDanger,
+// CodeLockStolen and CodeLockRecovered. Callbacks run on the client's
+// bounded pool of workers (see [Options.CallbackWorkers]); events of one
+// lock arrive in order. A callback should return quickly; it may call
+// [Lock.Release].
+type Callback func(code Code, lock *Lock)
+
+// Lock is a lock held (or once held) by this client. Its methods are safe
+// for concurrent use.
+//
+// Work done under a lock must stop when [Lock.Done] is closed: the lock
+// was released, stolen, went into danger, or the client was closed.
+type Lock struct {
+	client   *Client
+	id       string
+	seq      uint64 // acquisition order, for a stable heartbeat order
+	pk, sk   string
+	owner    string
+	lease    time.Duration
+	attrs    map[string]types.AttributeValue
+	callback Callback
+
+	mu            sync.Mutex
+	status        Status
+	rvn           string
+	expiry        time.Time
+	lastHeartbeat time.Duration // monotonic
+	inDanger      bool          // a danger episode is open
+	hbDone        chan struct{} // non-nil while a heartbeat is in flight
+	done          chan struct{}
+	err           error
+	onDone        map[*struct{}]func(error)
+
+	// Guarded by the callback pool's mutex.
+	pending   []Code
+	scheduled bool
+}
+
+// PartitionKey returns the lock's partition key.
+func (l *Lock) PartitionKey() string { return l.pk }
+
+// SortKey returns the lock's sort key.
+func (l *Lock) SortKey() string { return l.sk }
+
+// ID returns Python's unique identifier of the lock:
+// quote(partition key) + "|" + quote(sort key).
+func (l *Lock) ID() string { return l.id }
+
+// OwnerName returns the owner name written in the item: this client's.
+func (l *Lock) OwnerName() string { return l.owner }
+
+// LeaseDuration returns the lease written in the item.
+func (l *Lock) LeaseDuration() time.Duration { return l.lease }
+
+// AdditionalAttributes returns a copy of the application's attributes
+// stored with the lock.
+func (l *Lock) AdditionalAttributes() map[string]types.AttributeValue {
+	return maps.Clone(l.attrs)
+}
+
+// RecordVersionNumber returns the version number most recently written;
+// it changes with every heartbeat.
+func (l *Lock) RecordVersionNumber() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rvn
+}
+
+// ExpiryTime returns the TTL value most recently written.
+func (l *Lock) ExpiryTime() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry
+}
+
+// LastHeartbeat returns the client's monotonic reading when the last
+// successful write (acquire or heartbeat) was sent.
+func (l *Lock) LastHeartbeat() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastHeartbeat
+}
+
+// Info returns a snapshot of the lock as it stands in the table.
+func (l *Lock) Info() LockInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return LockInfo{
+		PartitionKey:         l.pk,
+		SortKey:              l.sk,
+		OwnerName:            l.owner,
+		LeaseDuration:        l.lease,
+		RecordVersionNumber:  l.rvn,
+		ExpiryTime:           l.expiry,
+		AdditionalAttributes: maps.Clone(l.attrs),
+	}
+}
+
+// Status returns the lock's status. It checks the clock itself, so a lock
+// whose safe period has passed reads IN_DANGER even before the client's
+// monitor has run, as after the process was paused.
+func (l *Lock) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkDangerLocked(l.client.clock.Monotonic())
+	return l.status
+}
+
+// Done returns a channel that is closed when work under the lock must
+// stop: the lock was released, stolen or went into danger, or the client
+// was closed. It stays closed even if the lock recovers from danger; see
+// [Lock.Status].
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is safe to work under; afterwards, why
+// it is not: an *Error with CodeLockReleased, CodeLockStolen,
+// CodeLockInDanger or CodeClientShutdown. Like Status it checks the clock
+// itself: call it right before a write that the lock protects.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkDangerLocked(l.client.clock.Monotonic())
+	return l.err
+}
+
+// Context returns a context derived from parent that is cancelled as soon
+// as [Lock.Done] closes; context.Cause then gives the lock's error. Call
+// cancel when the work is done.
+func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	ctx, cancelCause := context.WithCancelCause(parent)
+	token := new(struct{})
+	l.mu.Lock()
+	l.checkDangerLocked(l.client.clock.Monotonic())
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		cancelCause(err)
+		return ctx, func() { cancelCause(context.Canceled) }
+	}
+	if l.onDone == nil {
+		l.onDone = make(map[*struct{}]func(error))
+	}
+	l.onDone[token] = cancelCause
+	l.mu.Unlock()
+	return ctx, func() {
+		l.mu.Lock()
+		delete(l.onDone, token)
+		l.mu.Unlock()
+		cancelCause(context.Canceled)
+	}
+}
+
+// Release gives the lock back; see [Client.ReleaseLock].
+func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) error {
+	return l.client.ReleaseLock(ctx, l, opts...)
+}
+
+// held reports whether the lock is held (LOCKED or IN_DANGER).
+func (l *Lock) heldLocked() bool {
+	return l.status == StatusLocked || l.status == StatusInDanger
+}
+
+// finishLocked closes Done with reason err, once; later reasons are
+// ignored, as a context's are.
+func (l *Lock) finishLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	close(l.done)
+	for _, cancel := range l.onDone {
+		cancel(err)
+	}
+	l.onDone = nil
+}
+
+// checkDangerLocked moves a LOCKED lock to IN_DANGER once the safe period
+// has passed since its last successful heartbeat, and reports whether it
+// did so now.
+func (l *Lock) checkDangerLocked(now time.Duration) bool {
+	if l.status != StatusLocked || now-l.lastHeartbeat <= l.client.opts.SafePeriod {
+		return false
+	}
+	l.status = StatusInDanger
+	l.inDanger = true
+	l.finishLocked(l.lockError(CodeLockInDanger, "no successful heartbeat within the safe period", nil))
+	l.client.stats.inDanger.Add(1)
+	l.client.callbacks.enqueue(l, CodeLockInDanger)
+	l.client.log.Warn("ddblock: lock in danger", "key", l.pk, "sort_key", l.sk,
+		"since_heartbeat", now-l.lastHeartbeat, "safe_period", l.client.opts.SafePeriod)
+	return true
+}
+
+func (l *Lock) lockError(code Code, msg string, cause error) *Error {
+	return &Error{Code: code, Message: msg, PartitionKey: l.pk, SortKey: l.sk, Err: cause}
+}

@@ -1,0 +1,381 @@
+package ddblock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock/internal/clock"
+)
+
+// Python's defaults, which are ddblock's.
+const (
+	DefaultTableName        = "DynamoDBLockTable"
+	DefaultPartitionKeyName = "lock_key"
+	DefaultSortKeyName      = "sort_key"
+	DefaultTTLAttributeName = "expiry_time"
+	DefaultSortKey          = "-"
+	DefaultHeartbeatPeriod  = 5 * time.Second
+	DefaultSafePeriod       = 20 * time.Second
+	DefaultLeaseDuration    = 30 * time.Second
+	DefaultExpiryPeriod     = time.Hour
+	// DefaultHeartbeatTPS (-1) spreads each period's heartbeats evenly
+	// over the period ("adaptive" in Python).
+	DefaultHeartbeatTPS    = -1
+	DefaultCallbackWorkers = 5
+	// DefaultHeartbeatConcurrency bounds the heartbeats in flight at once.
+	DefaultHeartbeatConcurrency = 64
+)
+
+// Clock is the source of time a client uses; see [Options.Clock].
+type Clock = clock.Clock
+
+// Timer is a timer made by a [Clock].
+type Timer = clock.Timer
+
+// Options are a client's settings. [New] starts from the defaults (those
+// of python_dynamodb_lock), applies each option in order, then checks the
+// result as a whole.
+//
+// Tuning: the lease is how long other clients wait on a silent holder; the
+// heartbeat period should be at most a quarter of it, so that several
+// heartbeats can fail before the lease runs out; the safe period sits
+// between them, and is when the holder is told to stop working. The
+// defaults (5 s heartbeat, 20 s safe, 30 s lease) follow that rule.
+type Options struct {
+	// TableName is the lock table. Default "DynamoDBLockTable".
+	TableName string
+	// PartitionKeyName is the table's partition (HASH) key attribute, of
+	// type S. Default "lock_key".
+	PartitionKeyName string
+	// SortKeyName is the table's sort (RANGE) key attribute, of type S.
+	// Default "sort_key".
+	SortKeyName string
+	// TTLAttributeName is the attribute holding the epoch-seconds time
+	// after which DynamoDB may delete an abandoned item. Default
+	// "expiry_time".
+	TTLAttributeName string
+	// OwnerName identifies this client in the items it writes. Default:
+	// the host name followed by 32 random hex digits, as Python does.
+	OwnerName string
+	// HeartbeatPeriod is how often each held lock is refreshed. Default 5 s.
+	HeartbeatPeriod time.Duration
+	// SafePeriod is how long a held lock may go without a successful
+	// heartbeat before it is declared in danger. Default 20 s.
+	SafePeriod time.Duration
+	// LeaseDuration is written into every lock this client takes: how
+	// long others must see the lock unchanged before taking it over.
+	// Default 30 s.
+	LeaseDuration time.Duration
+	// ExpiryPeriod sets the TTL attribute: now plus this, in whole epoch
+	// seconds, refreshed by every heartbeat. Default 1 h.
+	ExpiryPeriod time.Duration
+	// HeartbeatTPS is -1 (default) to spread each period's heartbeats
+	// evenly over the period, or a positive number of heartbeats a second.
+	HeartbeatTPS int
+	// HeartbeatConcurrency bounds how many heartbeats may be in flight at
+	// once. Default 64.
+	HeartbeatConcurrency int
+	// HeartbeatTimeout bounds each heartbeat call. Default: the heartbeat
+	// period.
+	HeartbeatTimeout time.Duration
+	// CallbackWorkers is the number of goroutines that run callbacks.
+	// Default 5.
+	CallbackWorkers int
+	// Logger receives the client's log records. Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the source of time. Default: the system clock. Tests inject
+	// a fake one.
+	Clock Clock
+}
+
+// Option changes one setting of [Options].
+type Option func(*Options)
+
+// WithTableName sets [Options.TableName].
+func WithTableName(name string) Option { return func(o *Options) { o.TableName = name } }
+
+// WithPartitionKeyName sets [Options.PartitionKeyName].
+func WithPartitionKeyName(name string) Option {
+	return func(o *Options) { o.PartitionKeyName = name }
+}
+
+// WithSortKeyName sets [Options.SortKeyName].
+func WithSortKeyName(name string) Option { return func(o *Options) { o.SortKeyName = name } }
+
+// WithTTLAttributeName sets [Options.TTLAttributeName].
+func WithTTLAttributeName(name string) Option {
+	return func(o *Options) { o.TTLAttributeName = name }
+}
+
+// WithOwnerName sets [Options.OwnerName].
+func WithOwnerName(name string) Option { return func(o *Options) { o.OwnerName = name } }
+
+// WithHeartbeatPeriod sets [Options.HeartbeatPeriod].
+func WithHeartbeatPeriod(d time.Duration) Option {
+	return func(o *Options) { o.HeartbeatPeriod = d }
+}
+
+// WithSafePeriod sets [Options.SafePeriod].
+func WithSafePeriod(d time.Duration) Option { return func(o *Options) { o.SafePeriod = d } }
+
+// WithLeaseDuration sets [Options.LeaseDuration].
+func WithLeaseDuration(d time.Duration) Option {
+	return func(o *Options) { o.LeaseDuration = d }
+}
+
+// WithExpiryPeriod sets [Options.ExpiryPeriod].
+func WithExpiryPeriod(d time.Duration) Option { return func(o *Options) { o.ExpiryPeriod = d } }
+
+// WithHeartbeatTPS sets [Options.HeartbeatTPS].
+func WithHeartbeatTPS(tps int) Option { return func(o *Options) { o.HeartbeatTPS = tps } }
+
+// WithHeartbeatConcurrency sets [Options.HeartbeatConcurrency].
+func WithHeartbeatConcurrency(n int) Option {
+	return func(o *Options) { o.HeartbeatConcurrency = n }
+}
+
+// WithHeartbeatTimeout sets [Options.HeartbeatTimeout].
+func WithHeartbeatTimeout(d time.Duration) Option {
+	return func(o *Options) { o.HeartbeatTimeout = d }
+}
+
+// WithCallbackWorkers sets [Options.CallbackWorkers].
+func WithCallbackWorkers(n int) Option { return func(o *Options) { o.CallbackWorkers = n } }
+
+// WithLogger sets [Options.Logger].
+func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+
+// WithClock sets [Options.Clock].
+func WithClock(c Clock) Option { return func(o *Options) { o.Clock = c } }
+
+func defaultOptions() Options {
+	return Options{
+		TableName:            DefaultTableName,
+		PartitionKeyName:     DefaultPartitionKeyName,
+		SortKeyName:          DefaultSortKeyName,
+		TTLAttributeName:     DefaultTTLAttributeName,
+		HeartbeatPeriod:      DefaultHeartbeatPeriod,
+		SafePeriod:           DefaultSafePeriod,
+		LeaseDuration:        DefaultLeaseDuration,
+		ExpiryPeriod:         DefaultExpiryPeriod,
+		HeartbeatTPS:         DefaultHeartbeatTPS,
+		HeartbeatConcurrency: DefaultHeartbeatConcurrency,
+		CallbackWorkers:      DefaultCallbackWorkers,
+	}
+}
+
+// resolve fills what is derived from other settings and checks the
+// whole; every problem is reported at once.
+func (o *Options) resolve() error {
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, invalidArg(setting, fmt.Sprintf(format, args...)))
+	}
+	for _, n := range []struct{ setting, value string }{
+		{"TableName", o.TableName},
+		{"PartitionKeyName", o.PartitionKeyName},
+		{"SortKeyName", o.SortKeyName},
+		{"TTLAttributeName", o.TTLAttributeName},
+	} {
+		if n.value == "" {
+			bad(n.setting, "must not be empty")
+		} else if len(n.value) > maxNameLen {
+			bad(n.setting, "longer than DynamoDB's %d bytes", maxNameLen)
+		}
+	}
+	if o.TableName != "" && (len(o.TableName) < 3 || !validTableName(o.TableName)) {
+		bad("TableName", "%q is not a DynamoDB table name (3-255 of a-z A-Z 0-9 _ - .)", o.TableName)
+	}
+	names := map[string]string{}
+	for _, n := range []struct{ setting, value string }{
+		{"PartitionKeyName", o.PartitionKeyName},
+		{"SortKeyName", o.SortKeyName},
+		{"TTLAttributeName", o.TTLAttributeName},
+	} {
+		if n.value == "" {
+			continue
+		}
+		if other, dup := names[n.value]; dup {
+			bad(n.setting, "%q is also the %s", n.value, other)
+		}
+		if isLockAttribute(n.value) {
+			bad(n.setting, "%q is an attribute of the lock item", n.value)
+		}
+		names[n.value] = n.setting
+	}
+	for _, d := range []struct {
+		setting string
+		value   time.Duration
+	}{
+		{"HeartbeatPeriod", o.HeartbeatPeriod},
+		{"SafePeriod", o.SafePeriod},
+		{"LeaseDuration", o.LeaseDuration},
+		{"ExpiryPeriod", o.ExpiryPeriod},
+	} {
+		if d.value <= 0 {
+			bad(d.setting, "must be positive, got %v", d.value)
+		}
+	}
+	if o.HeartbeatPeriod > 0 && o.SafePeriod > 0 && o.HeartbeatPeriod >= o.SafePeriod {
+		bad("HeartbeatPeriod", "%v must be below SafePeriod %v", o.HeartbeatPeriod, o.SafePeriod)
+	}
+	if o.SafePeriod > 0 && o.LeaseDuration > 0 && o.SafePeriod >= o.LeaseDuration {
+		bad("SafePeriod", "%v must be below LeaseDuration %v", o.SafePeriod, o.LeaseDuration)
+	}
+	if o.LeaseDuration > maxLease {
+		bad("LeaseDuration", "%v is longer than the %v this library supports", o.LeaseDuration, maxLease)
+	}
+	if o.HeartbeatTPS == 0 || o.HeartbeatTPS < -1 {
+		bad("HeartbeatTPS", "must be -1 (adaptive) or positive, got %d", o.HeartbeatTPS)
+	}
+	if o.HeartbeatConcurrency <= 0 {
+		bad("HeartbeatConcurrency", "must be positive, got %d", o.HeartbeatConcurrency)
+	}
+	if o.HeartbeatTimeout < 0 {
+		bad("HeartbeatTimeout", "must not be negative, got %v", o.HeartbeatTimeout)
+	}
+	if o.CallbackWorkers <= 0 {
+		bad("CallbackWorkers", "must be positive, got %d", o.CallbackWorkers)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if o.HeartbeatTimeout == 0 {
+		o.HeartbeatTimeout = o.HeartbeatPeriod
+	}
+	if o.OwnerName == "" {
+		o.OwnerName = defaultOwnerName()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.NewSystem()
+	}
+	return nil
+}
+
+const (
+	maxNameLen = 255
+	// maxLease keeps lease arithmetic far from overflow.
+	maxLease = 365 * 24 * time.Hour
+)
+
+func validTableName(s string) bool {
+	if len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// defaultOwnerName is Python's: the host name immediately followed by a
+// UUID4 in hex, with no separator.
+func defaultOwnerName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return host + hex.EncodeToString(newUUID4())
+}
+
+func newUUID4() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms.
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return b
+}
+
+// newRecordVersionNumber returns a UUID4 in its dashed form, as Python writes it.
+func newRecordVersionNumber() string {
+	b := newUUID4()
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// AcquireOptions are the settings of one [Client.AcquireLock] call.
+type AcquireOptions struct {
+	// SortKey is the lock's sort key. Default "-".
+	SortKey string
+	// RetryPeriod is how long to wait between attempts while the lock is
+	// held by someone else. Default: the client's heartbeat period.
+	RetryPeriod time.Duration
+	// RetryTimeout is how long to keep trying before ACQUIRE_TIMEOUT.
+	// Default: the client's lease duration plus its heartbeat period, so
+	// that a lock abandoned just before the call can still be taken over.
+	// The context's deadline also ends the wait.
+	RetryTimeout time.Duration
+	// AdditionalAttributes are stored with the lock and survive
+	// heartbeats. Names of the lock's own attributes are refused.
+	AdditionalAttributes map[string]types.AttributeValue
+	// Callback is told when the lock is in danger, stolen, or recovers.
+	// It runs on the client's callback workers.
+	Callback Callback
+}
+
+// AcquireOption changes one setting of [AcquireOptions].
+type AcquireOption func(*AcquireOptions)
+
+// WithSortKey sets [AcquireOptions.SortKey].
+func WithSortKey(sortKey string) AcquireOption {
+	return func(o *AcquireOptions) { o.SortKey = sortKey }
+}
+
+// WithRetryPeriod sets [AcquireOptions.RetryPeriod].
+func WithRetryPeriod(d time.Duration) AcquireOption {
+	return func(o *AcquireOptions) { o.RetryPeriod = d }
+}
+
+// WithRetryTimeout sets [AcquireOptions.RetryTimeout].
+func WithRetryTimeout(d time.Duration) AcquireOption {
+	return func(o *AcquireOptions) { o.RetryTimeout = d }
+}
+
+// WithAdditionalAttributes sets [AcquireOptions.AdditionalAttributes].
+func WithAdditionalAttributes(attrs map[string]types.AttributeValue) AcquireOption {
+	return func(o *AcquireOptions) { o.AdditionalAttributes = attrs }
+}
+
+// WithCallback sets [AcquireOptions.Callback].
+func WithCallback(cb Callback) AcquireOption {
+	return func(o *AcquireOptions) { o.Callback = cb }
+}
+
+// ReleaseOptions are the settings of one release.
+type ReleaseOptions struct {
+	// BestEffort, the default, logs and swallows every failure of the
+	// release; set it false to be told LOCK_NOT_OWNED, LOCK_STOLEN or
+	// UNKNOWN.
+	BestEffort bool
+}
+
+// ReleaseOption changes one setting of [ReleaseOptions].
+type ReleaseOption func(*ReleaseOptions)
+
+// WithBestEffort sets [ReleaseOptions.BestEffort].
+func WithBestEffort(bestEffort bool) ReleaseOption {
+	return func(o *ReleaseOptions) { o.BestEffort = bestEffort }
+}

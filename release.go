@@ -1,0 +1,152 @@
+package ddblock
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+)
+
+// ReleaseLock gives a held lock back by deleting its item, on the
+// condition that its record version number is still ours.
+//
+// The lock is marked RELEASED, its Done channel closed and its heartbeats
+// stopped before the database call, so no work continues under it while
+// the call is in flight. A lock that is not LOCKED or IN_DANGER is left
+// alone. By default the release is best effort, as in Python: failures
+// are logged and nil is returned. With WithBestEffort(false) it reports
+// CodeLockNotOwned (not held by this client), CodeLockStolen (the item
+// changed hands) or CodeUnknown.
+func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOption) error {
+	o := ReleaseOptions{BestEffort: true}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	err := c.release(ctx, lock)
+	if err != nil && o.BestEffort {
+		if CodeOf(err) != CodeLockNotOwned {
+			c.log.Warn("ddblock: best-effort release failed", "err", err)
+		}
+		return nil
+	}
+	return err
+}
+
+func (c *Client) release(ctx context.Context, l *Lock) error {
+	if l == nil {
+		return invalidArg("Lock", "must not be nil")
+	}
+	if l.client != c {
+		return l.lockError(CodeLockNotOwned, "the lock belongs to another client", nil)
+	}
+	l.mu.Lock()
+	if !l.heldLocked() {
+		l.mu.Unlock()
+		return nil
+	}
+	l.status = StatusReleased
+	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
+	inflight := l.hbDone
+	l.mu.Unlock()
+	if !c.unregister(l) {
+		return l.lockError(CodeLockNotOwned, "the lock is not held by this client", nil)
+	}
+	// A heartbeat in flight may still change the version number: wait for
+	// it, so that the delete names the number the item really carries.
+	if inflight != nil {
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			return l.lockError(CodeUnknown, "waiting for a heartbeat in flight", ctx.Err())
+		}
+	}
+	l.mu.Lock()
+	rvn := l.rvn
+	l.mu.Unlock()
+	err := c.deleteItem(ctx, l.pk, l.sk, rvn)
+	switch {
+	case err == nil:
+		return nil
+	case isConditionFailed(err):
+		return l.lockError(CodeLockStolen, "the item changed hands before the release", err)
+	default:
+		return l.lockError(CodeUnknown, "deleting the lock item", err)
+	}
+}
+
+// releaseAll releases every lock, best effort, a few at a time.
+func (c *Client) releaseAll(locks []*Lock) {
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, l := range locks {
+		g.Go(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.HeartbeatTimeout)
+			defer cancel()
+			_ = c.ReleaseLock(ctx, l)
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// WithLock is the Go form of Python's `with client.acquire_lock(key):`.
+// It acquires the lock, runs fn, and releases the lock (best effort)
+// however fn ends.
+//
+// fn's context is cancelled the moment the lock is stolen, goes into
+// danger, or the client closes; context.Cause gives the lock's error.
+// WithLock returns fn's error unchanged. If fn returns nil although the
+// lock was lost while it ran, WithLock returns the lock's error: the work
+// may not have been exclusive.
+func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
+	if fn == nil {
+		return invalidArg("fn", "must not be nil")
+	}
+	lock, err := c.AcquireLock(ctx, partitionKey, opts...)
+	if err != nil {
+		return err
+	}
+	lockCtx, cancel := lock.Context(ctx)
+	defer func() {
+		cancel()
+		// Release even when the caller's context is done.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
+		defer rcancel()
+		_ = c.ReleaseLock(rctx, lock)
+	}()
+	err = fn(lockCtx, lock)
+	if err == nil {
+		if lerr := lock.Err(); CodeOf(lerr) == CodeLockStolen || CodeOf(lerr) == CodeLockInDanger {
+			err = lerr
+		}
+	}
+	return err
+}
+
+func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
+	_, err := c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                aws.String(c.opts.TableName),
+		Key:                      c.codec.key(pk, sk),
+		ConditionExpression:      aws.String(condOwned),
+		ExpressionAttributeNames: map[string]string{nameRVN: attrRVN},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			valueRVN: &types.AttributeValueMemberS{Value: rvn},
+		},
+	})
+	return err
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+func isTableNotFound(err error) bool {
+	var rnf *types.ResourceNotFoundException
+	return errors.As(err, &rnf)
+}
