@@ -150,3 +150,33 @@ func isTableNotFound(err error) bool {
 	var rnf *types.ResourceNotFoundException
 	return errors.As(err, &rnf)
 }
+
+// ForceRelease deletes the lock item on (partitionKey, sortKey) whoever
+// holds it: an operator's removal of a stuck lock. It is guarded: the
+// delete happens only if the item still carries recordVersionNumber, the
+// number the operator saw (from [Client.GetLock]), so a lock that changed
+// hands or was heartbeated since is left alone (CodeLockStolen). It
+// returns CodeLockNotFound when there is no item.
+//
+// The holder, if alive, learns of it at its next heartbeat (LOCK_STOLEN).
+func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, recordVersionNumber string) error {
+	if sortKey == "" {
+		sortKey = DefaultSortKey
+	}
+	if recordVersionNumber == "" {
+		return invalidArg("RecordVersionNumber", "must name the version to delete")
+	}
+	err := c.deleteItem(ctx, partitionKey, sortKey, recordVersionNumber)
+	switch {
+	case err == nil:
+		return nil
+	case isConditionFailed(err):
+		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) {
+			return gerr
+		}
+		return &Error{Code: CodeLockStolen, Message: "the lock's version number is no longer " + recordVersionNumber,
+			PartitionKey: partitionKey, SortKey: sortKey, Err: err}
+	default:
+		return c.tableError(err, "deleting the lock", partitionKey, sortKey)
+	}
+}
