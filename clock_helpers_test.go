@@ -1,0 +1,54 @@
+package ddblock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ddblock/ddblock/internal/clock"
+)
+
+// fakeClock returns a fake clock for one client.
+func fakeClock() *clock.Fake { return clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
+
+// waitFor polls cond in real time until it holds, failing the test after
+// ten seconds. It waits for goroutines and network calls to settle, never
+// for a lease: leases run on the fake clock.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stepUntil advances the fake clock from one pending timer to the next
+// until done is closed. Before each step it waits until `sleepers` timers
+// are pending (the client's monitor, and whatever the test drives), so
+// that the clock never jumps past work in progress. It returns the fake
+// monotonic time at which done closed.
+func stepUntil(t *testing.T, clk *clock.Fake, sleepers int, done <-chan struct{}, limit time.Duration) time.Duration {
+	t.Helper()
+	start := clk.Monotonic()
+	for {
+		waitFor(t, "the client to sleep", func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return clk.Timers() >= sleepers
+			}
+		})
+		select {
+		case <-done:
+			return clk.Monotonic()
+		default:
+		}
+		if clk.Monotonic()-start > limit {
+			t.Fatalf("still not done after %v of fake time", limit)
+		}
+		clk.AdvanceToNext()
+	}
+}

@@ -1,0 +1,154 @@
+package ddblock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ddblock/ddblock"
+)
+
+func TestReleaseOfStolenLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client()
+	lock, err := c.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "someone-else")
+	err = lock.Release(ctx, ddblock.WithBestEffort(false))
+	if !errors.Is(err, ddblock.ErrLockStolen) {
+		t.Fatalf("err = %v; want LOCK_STOLEN", err)
+	}
+	// The other holder's item is untouched.
+	info, err := c.GetLock(ctx, "k", "-")
+	if err != nil || info.RecordVersionNumber != "someone-else" {
+		t.Fatalf("item after failed release: %+v, %v", info, err)
+	}
+	if lock.Status() != ddblock.StatusReleased {
+		t.Errorf("status = %s; the lock is marked RELEASED before the call", lock.Status())
+	}
+}
+
+func TestReleaseBestEffortSwallows(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client()
+	lock, err := c.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "someone-else")
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("best-effort release returned %v", err)
+	}
+	// A second release is a no-op.
+	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+}
+
+func TestReleaseNotOwned(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.client(), e.client()
+	lock, err := a.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleaseLock(ctx, lock, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrLockNotOwned) {
+		t.Fatalf("release through another client: %v; want LOCK_NOT_OWNED", err)
+	}
+	if err := b.ReleaseLock(ctx, lock); err != nil {
+		t.Fatalf("best effort: %v", err)
+	}
+	if lock.Status() != ddblock.StatusLocked {
+		t.Fatalf("status = %s; another client's release must not touch the lock", lock.Status())
+	}
+	if err := b.ReleaseLock(ctx, nil, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		t.Fatalf("nil lock: %v", err)
+	}
+	if _, err := a.GetLock(ctx, "k", "-"); err != nil {
+		t.Fatalf("the item is gone: %v", err)
+	}
+}
+
+func TestForceRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder, operator := e.client(), e.client()
+	lock, err := holder.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := operator.ForceRelease(ctx, "k", "-", "stale-version"); !errors.Is(err, ddblock.ErrLockStolen) {
+		t.Fatalf("with a stale version: %v; want LOCK_STOLEN and no delete", err)
+	}
+	if err := operator.ForceRelease(ctx, "k", "-", ""); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		t.Fatalf("without a version: %v", err)
+	}
+	if err := operator.ForceRelease(ctx, "k", "", lock.RecordVersionNumber()); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	if err := operator.ForceRelease(ctx, "k", "", lock.RecordVersionNumber()); !errors.Is(err, ddblock.ErrLockNotFound) {
+		t.Fatalf("again: %v; want LOCK_NOT_FOUND", err)
+	}
+}
+
+func TestWithLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client()
+	boom := errors.New("boom")
+	err := c.WithLock(ctx, "k", func(ctx context.Context, lock *ddblock.Lock) error {
+		if lock.Status() != ddblock.StatusLocked {
+			t.Errorf("inside: status %s", lock.Status())
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("WithLock returned %v; want the function's error", err)
+	}
+	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+		t.Fatalf("lock not released after WithLock: %v", err)
+	}
+	if err := c.WithLock(ctx, "k", nil); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		t.Fatalf("nil fn: %v", err)
+	}
+	// A panic in fn still releases the lock, and the panic goes on.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic was swallowed")
+			}
+		}()
+		_ = c.WithLock(ctx, "k", func(context.Context, *ddblock.Lock) error { panic("fn") })
+	}()
+	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+		t.Fatalf("lock not released after a panic: %v", err)
+	}
+}
+
+// fn's context is cancelled the moment the lock is stolen, with the lock
+// error as its cause.
+func TestWithLockCancelledWhenStolen(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(shortTimes()...)
+	err := c.WithLock(context.Background(), "k", func(ctx context.Context, lock *ddblock.Lock) error {
+		setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "thief")
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			return errors.New("context not cancelled")
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.ErrLockStolen) {
+			return errors.New("cause: " + cause.Error())
+		}
+		return nil // fn ignores the loss: WithLock must not
+	})
+	if !errors.Is(err, ddblock.ErrLockStolen) {
+		t.Fatalf("WithLock: %v; want LOCK_STOLEN since the work was not exclusive", err)
+	}
+}
