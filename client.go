@@ -62,6 +62,7 @@ type clientStats struct {
 	heartbeatsSent     atomic.Uint64
 	heartbeatsFailed   atomic.Uint64
 	heartbeatsSkipped  atomic.Uint64
+	heartbeatsInFlight atomic.Int64
 	inDanger           atomic.Uint64
 	recovered          atomic.Uint64
 	stolen             atomic.Uint64
@@ -83,6 +84,8 @@ type Stats struct {
 	// HeartbeatsSkipped counts locks passed over in a round because their
 	// previous heartbeat was still in flight.
 	HeartbeatsSkipped uint64
+	// HeartbeatsInFlight is the number of heartbeat calls under way now.
+	HeartbeatsInFlight int
 	// InDanger, Recovered and Stolen count those events.
 	InDanger, Recovered, Stolen uint64
 	// CallbacksDelivered, CallbacksDropped and CallbackPanics count app
@@ -103,6 +106,7 @@ func (c *Client) Stats() Stats {
 		HeartbeatsSent:     s.heartbeatsSent.Load(),
 		HeartbeatsFailed:   s.heartbeatsFailed.Load(),
 		HeartbeatsSkipped:  s.heartbeatsSkipped.Load(),
+		HeartbeatsInFlight: int(s.heartbeatsInFlight.Load()),
 		InDanger:           s.inDanger.Load(),
 		Recovered:          s.recovered.Load(),
 		Stolen:             s.stolen.Load(),

@@ -132,7 +132,9 @@ func (h *heartbeater) dispatch(ctx context.Context, l *Lock) {
 	l.hbDone = done
 	oldRVN := l.rvn
 	l.mu.Unlock()
+	h.c.stats.heartbeatsInFlight.Add(1)
 	h.sends.Go(func() error {
+		defer h.c.stats.heartbeatsInFlight.Add(-1)
 		defer close(done)
 		h.c.heartbeat(ctx, l, oldRVN)
 		return nil
