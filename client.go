@@ -131,11 +131,12 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 	if ddb == nil || isNilInterface(ddb) {
 		errs = append(errs, invalidArg("DynamoDB", "client must not be nil"))
 	}
-	if err := o.resolve(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.problems()...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	if err := o.resolve(); err != nil {
+		return nil, err
 	}
 	c := &Client{
 		ddb:       ddb,

@@ -34,12 +34,12 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 	for _, o := range tableOpts {
 		o(&to)
 	}
-	opts := append([]ddblock.TableOption{ddblock.WithTableNames(ddblock.Options{
+	opts := []ddblock.TableOption{ddblock.WithTableNames(ddblock.Options{
 		TableName:        e.table,
 		PartitionKeyName: or(to.PartitionKeyName, ddblock.DefaultPartitionKeyName),
 		SortKeyName:      or(to.SortKeyName, ddblock.DefaultSortKeyName),
 		TTLAttributeName: or(to.TTLAttributeName, ddblock.DefaultTTLAttributeName),
-	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond)})
+	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := ddblock.CreateTable(ctx, e.ddb, opts...); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {

@@ -171,9 +171,29 @@ func defaultOptions() Options {
 	}
 }
 
-// resolve fills what is derived from other settings and checks the
-// whole; every problem is reported at once.
+// resolve checks the settings as a whole, reporting every problem at
+// once, then fills what is derived from other settings.
 func (o *Options) resolve() error {
+	if errs := o.problems(); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if o.HeartbeatTimeout == 0 {
+		o.HeartbeatTimeout = o.HeartbeatPeriod
+	}
+	if o.OwnerName == "" {
+		o.OwnerName = defaultOwnerName()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.NewSystem()
+	}
+	return nil
+}
+
+// problems lists every setting that cannot work.
+func (o *Options) problems() []error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, invalidArg(setting, fmt.Sprintf(format, args...)))
@@ -244,22 +264,7 @@ func (o *Options) resolve() error {
 	if o.CallbackWorkers <= 0 {
 		bad("CallbackWorkers", "must be positive, got %d", o.CallbackWorkers)
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	if o.HeartbeatTimeout == 0 {
-		o.HeartbeatTimeout = o.HeartbeatPeriod
-	}
-	if o.OwnerName == "" {
-		o.OwnerName = defaultOwnerName()
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Clock == nil {
-		o.Clock = clock.NewSystem()
-	}
-	return nil
+	return errs
 }
 
 const (

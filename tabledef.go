@@ -81,10 +81,7 @@ func (t *TableOptions) check() error {
 	o := defaultOptions()
 	o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName =
 		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName
-	o.Clock, o.OwnerName = nopClock{}, "-" // not checked here
-	if err := o.resolve(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.problems()...)
 	if !t.OnDemand && (t.ReadCapacity <= 0 || t.WriteCapacity <= 0) {
 		errs = append(errs, invalidArg("Capacity", fmt.Sprintf("read and write capacity must be positive, got %d/%d", t.ReadCapacity, t.WriteCapacity)))
 	}
@@ -200,10 +197,3 @@ func isUnsupportedOperation(err error) bool {
 	}
 	return false
 }
-
-// nopClock satisfies Options.resolve when only names are being checked.
-type nopClock struct{}
-
-func (nopClock) Now() time.Time               { return time.Time{} }
-func (nopClock) Monotonic() time.Duration     { return 0 }
-func (nopClock) NewTimer(time.Duration) Timer { return nil }

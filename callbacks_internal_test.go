@@ -1,0 +1,145 @@
+package ddblock
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// newPoolForTest returns a callback pool with `workers` running workers,
+// and a function that closes it and waits for them.
+func newPoolForTest(t *testing.T, workers int) (*callbackPool, *Client, func()) {
+	t.Helper()
+	c := &Client{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := newCallbackPool(c)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.work(context.Background()) }()
+	}
+	return p, c, func() { p.close(); wg.Wait() }
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	seen map[string][]Code
+}
+
+func (r *recorder) callback(code Code, l *Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string][]Code{}
+	}
+	r.seen[l.pk] = append(r.seen[l.pk], code)
+}
+
+func (r *recorder) of(pk string) []Code {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen[pk])
+}
+
+func TestCallbacksInOrderPerLock(t *testing.T) {
+	p, _, stop := newPoolForTest(t, 5)
+	var r recorder
+	seq := []Code{CodeLockInDanger, CodeLockRecovered, CodeLockInDanger, CodeLockStolen}
+	var locks []*Lock
+	for _, pk := range []string{"a", "b", "c", "d", "e", "f"} {
+		locks = append(locks, &Lock{pk: pk, callback: r.callback})
+	}
+	for _, code := range seq {
+		for _, l := range locks {
+			p.enqueue(l, code)
+		}
+	}
+	stop()
+	for _, l := range locks {
+		if diff := cmp.Diff(seq, r.of(l.pk)); diff != "" {
+			t.Errorf("lock %s (-want +got):\n%s", l.pk, diff)
+		}
+	}
+}
+
+func TestSlowCallbackDoesNotBlockOthers(t *testing.T) {
+	p, _, stop := newPoolForTest(t, 2)
+	defer stop()
+	gate := make(chan struct{})
+	slow := &Lock{pk: "slow", callback: func(Code, *Lock) { <-gate }}
+	fast := make(chan Code, 1)
+	quick := &Lock{pk: "quick", callback: func(c Code, _ *Lock) { fast <- c }}
+	p.enqueue(slow, CodeLockInDanger)
+	p.enqueue(quick, CodeLockStolen)
+	select {
+	case got := <-fast:
+		if got != CodeLockStolen {
+			t.Errorf("got %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a slow callback held up another lock's callback")
+	}
+	close(gate)
+}
+
+func TestCallbackPanicRecovered(t *testing.T) {
+	p, c, stop := newPoolForTest(t, 1)
+	var r recorder
+	l := &Lock{pk: "k", callback: func(code Code, l *Lock) {
+		r.callback(code, l)
+		if code == CodeLockInDanger {
+			panic("app bug")
+		}
+	}}
+	p.enqueue(l, CodeLockInDanger)
+	p.enqueue(l, CodeLockRecovered)
+	stop()
+	if diff := cmp.Diff([]Code{CodeLockInDanger, CodeLockRecovered}, r.of("k")); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+	if got := c.stats.callbackPanics.Load(); got != 1 {
+		t.Errorf("panics counted: %d", got)
+	}
+}
+
+// While a lock's callback is stuck, its later events queue up to
+// maxPendingEvents; older ones are dropped and counted, the newest kept,
+// and the producer never waits.
+func TestCallbackBacklogBounded(t *testing.T) {
+	p, c, stop := newPoolForTest(t, 1)
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	var r recorder
+	first := true
+	l := &Lock{pk: "k", callback: func(code Code, l *Lock) {
+		if first {
+			first = false
+			close(entered)
+			<-gate
+		}
+		r.callback(code, l)
+	}}
+	p.enqueue(l, CodeLockInDanger)
+	<-entered
+	codes := []Code{CodeLockRecovered, CodeLockInDanger, CodeLockRecovered, CodeLockInDanger, CodeLockRecovered, CodeLockInDanger, CodeLockStolen}
+	for _, code := range codes {
+		p.enqueue(l, code) // must not block
+	}
+	for range 10000 {
+		p.enqueue(&Lock{pk: "other"}, CodeLockStolen) // no callback: ignored
+	}
+	close(gate)
+	stop()
+	want := append([]Code{CodeLockInDanger}, codes[len(codes)-maxPendingEvents:]...)
+	if diff := cmp.Diff(want, r.of("k")); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+	if got := c.stats.callbacksDropped.Load(); got != uint64(len(codes)-maxPendingEvents) {
+		t.Errorf("dropped %d", got)
+	}
+}
