@@ -211,6 +211,9 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// SharedServer returns the server Main started, or nil.
+func SharedServer() *Server { return shared }
+
 // Shared returns the server Main started.
 func Shared(t testing.TB) *Server {
 	t.Helper()
