@@ -84,7 +84,8 @@ type Stats struct {
 	// HeartbeatsSkipped counts locks passed over in a round because their
 	// previous heartbeat was still in flight.
 	HeartbeatsSkipped uint64
-	// HeartbeatsInFlight is the number of heartbeat calls under way now.
+	// HeartbeatsInFlight is the number of heartbeats dispatched and not
+	// yet finished: calls under way, and any waiting for a free sender.
 	HeartbeatsInFlight int
 	// InDanger, Recovered and Stolen count those events.
 	InDanger, Recovered, Stolen uint64

@@ -82,8 +82,11 @@ type Options struct {
 	// HeartbeatConcurrency bounds how many heartbeats may be in flight at
 	// once. Default 64.
 	HeartbeatConcurrency int
-	// HeartbeatTimeout bounds each heartbeat call. Default: the heartbeat
-	// period.
+	// HeartbeatTimeout bounds each heartbeat call, and the clean-up calls
+	// made on a context of their own (releases by Close and WithLock).
+	// Default: half the safe period, so that a slow call may still land
+	// and keep its lock, while a hung one frees its sender long before
+	// the lock is in danger.
 	HeartbeatTimeout time.Duration
 	// CallbackWorkers is the number of goroutines that run callbacks.
 	// Default 5.
@@ -178,7 +181,7 @@ func (o *Options) resolve() error {
 		return errors.Join(errs...)
 	}
 	if o.HeartbeatTimeout == 0 {
-		o.HeartbeatTimeout = o.HeartbeatPeriod
+		o.HeartbeatTimeout = o.SafePeriod / 2
 	}
 	if o.OwnerName == "" {
 		o.OwnerName = defaultOwnerName()

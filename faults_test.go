@@ -1,0 +1,173 @@
+package ddblock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/faultproxy"
+)
+
+// proxied returns a fault proxy in front of the test server and an SDK
+// client through it that makes one attempt per call.
+func (e *env) proxied() (*faultproxy.Proxy, ddblock.DynamoDBAPI) {
+	e.t.Helper()
+	p, err := faultproxy.Start(ddbtest.Shared(e.t).Endpoint)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = p.Close() })
+	return p, ddbtest.NewClient(p.URL(), false, 1)
+}
+
+// Heartbeats that fail put the lock in danger once its safe period has
+// passed, once per episode; a heartbeat that succeeds again brings it
+// back, and a new episode is reported anew.
+func TestDangerAfterFailingHeartbeats(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	clk := fakeClock()
+	c := e.clientOn(ddb, ddblock.WithClock(clk))
+	var ev events
+	lock, err := c.AcquireLock(context.Background(), "k", ddblock.WithCallback(ev.callback))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Monotonic()
+	fault := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "UpdateItem"})
+	drive(t, clk, c, start+19*time.Second)
+	if lock.Status() != ddblock.StatusLocked || len(ev.list()) != 0 {
+		t.Fatalf("before the safe period: status %s, events %v", lock.Status(), ev.list())
+	}
+	drive(t, clk, c, start+45*time.Second) // long past the safe period, heartbeats still failing
+	waitFor(t, "the danger callback", func() bool { return len(ev.list()) == 1 })
+	if lock.Status() != ddblock.StatusInDanger || !errors.Is(lock.Err(), ddblock.ErrLockInDanger) {
+		t.Fatalf("status %s, err %v", lock.Status(), lock.Err())
+	}
+	if fault.Injected() < 5 {
+		t.Errorf("only %d heartbeats failed: the lock in danger must still be heartbeated", fault.Injected())
+	}
+	fault.Remove()
+	drive(t, clk, c, start+51*time.Second)
+	waitFor(t, "recovery", func() bool { return lock.Status() == ddblock.StatusLocked })
+	fault = proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "UpdateItem"})
+	drive(t, clk, c, start+80*time.Second)
+	waitFor(t, "the second episode", func() bool { return len(ev.list()) == 3 })
+	want := []ddblock.Code{ddblock.CodeLockInDanger, ddblock.CodeLockRecovered, ddblock.CodeLockInDanger}
+	if diff := cmp.Diff(want, ev.list()); diff != "" {
+		t.Errorf("callbacks (-want +got):\n%s", diff)
+	}
+	if s := c.Stats(); s.InDanger != 2 || s.Recovered != 1 || s.HeldLocks != 1 {
+		t.Errorf("stats: %+v", s)
+	}
+}
+
+// One hanging heartbeat call never holds up the other locks.
+func TestHangingHeartbeatDoesNotDelayOthers(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	c := e.clientOn(ddb, ddblock.WithHeartbeatPeriod(100*time.Millisecond), ddblock.WithSafePeriod(600*time.Millisecond),
+		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatTimeout(3*time.Second))
+	var locks []*ddblock.Lock
+	for i := range 5 {
+		l, err := c.AcquireLock(context.Background(), fmt.Sprintf("key-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	hang := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole, Op: "UpdateItem", BodyContains: `"key-0"`})
+	waitFor(t, "key-0 to go into danger", func() bool { return locks[0].Status() == ddblock.StatusInDanger })
+	time.Sleep(300 * time.Millisecond) // a few more rounds for the others
+	for _, l := range locks[1:] {
+		if err := l.Err(); err != nil {
+			t.Errorf("%s: %v; a hanging call for key-0 delayed it", l.PartitionKey(), err)
+		}
+	}
+	if hang.Injected() == 0 {
+		t.Error("the black hole caught nothing")
+	}
+	if s := c.Stats(); s.HeartbeatsSkipped == 0 {
+		t.Errorf("key-0's hanging heartbeat was not passed over in later rounds: %+v", s)
+	}
+}
+
+// When a client holds more locks than it can refresh within the safe
+// period, every lock whose gap passes the safe period is reported in
+// danger: the monitor does not trail the heartbeater.
+func TestOverloadReportsEveryLockInDanger(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	c := e.clientOn(ddb, ddblock.WithHeartbeatPeriod(100*time.Millisecond), ddblock.WithSafePeriod(400*time.Millisecond),
+		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatConcurrency(1))
+	const n = 30
+	var ev events
+	var locks []*ddblock.Lock
+	for i := range n {
+		l, err := c.AcquireLock(context.Background(), fmt.Sprintf("key-%02d", i), ddblock.WithCallback(ev.callback))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	// 60 ms a heartbeat, one at a time: a round of 30 takes 1.8 s, four
+	// and a half times the safe period.
+	proxy.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "UpdateItem", Delay: 60 * time.Millisecond})
+	waitFor(t, "every lock to be reported in danger", func() bool {
+		for _, l := range locks {
+			if l.Err() == nil {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "a LOCK_IN_DANGER callback for every lock", func() bool {
+		danger := 0
+		for _, code := range ev.list() {
+			if code == ddblock.CodeLockInDanger {
+				danger++
+			}
+		}
+		return danger >= n
+	})
+	waitFor(t, "the overrunning round to be counted", func() bool { return c.Stats().LateRounds > 0 })
+}
+
+// Close waits for heartbeats in flight, and leaves no goroutine behind.
+func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	before := ddblockGoroutines()
+	c, err := ddblock.New(ddb, append(e.names, ddblock.WithLogger(quiet), ddblock.WithHeartbeatPeriod(50*time.Millisecond),
+		ddblock.WithSafePeriod(time.Second), ddblock.WithLeaseDuration(2*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := c.AcquireLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "UpdateItem", Delay: 300 * time.Millisecond})
+	waitFor(t, "a heartbeat in flight", func() bool { return c.Stats().HeartbeatsInFlight > 0 })
+	sent := c.Stats().HeartbeatsSent
+	if err := c.Close(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.HeartbeatsInFlight != 0 || s.HeartbeatsSent != sent+1 {
+		t.Errorf("after Close: %+v; want the heartbeat in flight finished", s)
+	}
+	if n := ddblockGoroutines() - before; n != 0 {
+		t.Errorf("%d goroutines left after Close", n)
+	}
+	// The lock's version number is the one the last heartbeat wrote.
+	info, err := e.client().GetLock(context.Background(), "k", "-")
+	if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
+		t.Errorf("table has %+v; lock says %q", info, lock.RecordVersionNumber())
+	}
+}
