@@ -34,8 +34,11 @@ const (
 //
 // It ends with CodeAcquireTimeout after the retry timeout (or at ctx's
 // deadline), CodeCanceled when ctx is cancelled, CodeClientShutdown when
-// the client is closed, CodeInvalidArgument for bad arguments, and
-// CodeUnknown, wrapping the cause, on any other failure.
+// the client is closed, CodeInvalidArgument for bad arguments,
+// CodeTableNotFound or CodeTableMismatch when the table is missing or has
+// other keys, CodeInvalidItem when the item at the key is not a lock item
+// (it is left untouched), and CodeUnknown, wrapping the cause, on any
+// other failure.
 func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
 	o := AcquireOptions{
 		SortKey:      DefaultSortKey,
@@ -209,9 +212,8 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	// us read it.
 	var current *LockInfo
 	if ccf.Item != nil {
-		current, err = c.codec.decode(ccf.Item)
-		if err != nil {
-			return nil, a.fail(CodeUnknown, "reading the lock", err)
+		if current, err = c.codec.decode(ccf.Item); err != nil {
+			return nil, err
 		}
 	} else if current, err = c.readItem(ctx, a.pk, a.opts.SortKey); err != nil {
 		return nil, a.callError(ctx, "reading the lock", err)
@@ -278,10 +280,11 @@ func (a *acquisition) callError(ctx context.Context, doing string, err error) er
 	if ctx.Err() != nil {
 		return a.ctxError(ctx)
 	}
-	if isTableNotFound(err) {
-		return a.fail(CodeTableNotFound, doing+": table "+a.c.opts.TableName+" does not exist", err)
+	var lerr *Error
+	if errors.As(err, &lerr) {
+		return lerr // already classified, such as an unreadable item
 	}
-	return a.fail(CodeUnknown, doing, err)
+	return a.c.tableError(err, doing, a.pk, a.opts.SortKey)
 }
 
 func (a *acquisition) ctxError(ctx context.Context) error {

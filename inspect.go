@@ -2,12 +2,16 @@ package ddblock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"iter"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // readItem reads a lock item with a strongly consistent GetItem; nil
@@ -128,12 +132,25 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 	}
 }
 
+// tableError classifies a failed call: a missing table, a table whose
+// keys are not the client's, a request the server refused as invalid
+// (such as an item over 400 KB), or anything else.
 func (c *Client) tableError(err error, doing, pk, sk string) *Error {
-	code := CodeUnknown
-	msg := doing
-	if isTableNotFound(err) {
+	code, msg := CodeUnknown, doing
+	var invalid smithy.APIError
+	switch {
+	case isTableNotFound(err):
 		code = CodeTableNotFound
 		msg = doing + ": table " + c.opts.TableName + " does not exist"
+	case errors.As(err, &invalid) && invalid.ErrorCode() == "ValidationException":
+		if strings.Contains(strings.ToLower(invalid.ErrorMessage()), "key") {
+			code = CodeTableMismatch
+			msg = fmt.Sprintf("%s: table %s does not have the keys this client uses (partition key %q, sort key %q, both strings)",
+				doing, c.opts.TableName, c.opts.PartitionKeyName, c.opts.SortKeyName)
+		} else {
+			code = CodeInvalidArgument
+			msg = doing + ": the server refused the request"
+		}
 	}
 	return &Error{Code: code, Message: msg, PartitionKey: pk, SortKey: sk, Err: err}
 }
