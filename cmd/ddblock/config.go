@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+)
+
+// tableEnv names the variable that sets --table's default. `ddblock run`
+// also sets it for its command, so a ddblock started by that command
+// looks at the same table.
+const tableEnv = "DDBLOCK_TABLE"
+
+// fallbackRegion is used with a custom endpoint when no region is
+// configured: local servers accept any region, and SigV4 needs one.
+const fallbackRegion = "us-east-1"
+
+// connFlags are the flags every subcommand that talks to DynamoDB shares:
+// where the table is and how its items are named.
+type connFlags struct {
+	endpoint, region, profile string
+	table, pkName, skName     string
+	ttlName                   string
+}
+
+func (c *connFlags) register(f *cmdFlags) {
+	table := f.env.getenv(tableEnv)
+	if table == "" {
+		table = ddblock.DefaultTableName
+	}
+	f.StringVar(&c.endpoint, "endpoint", "", "DynamoDB endpoint URL, such as http://127.0.0.1:8000 for a local server\n(default: the SDK's, which honours AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL)")
+	f.StringVar(&c.region, "region", "", "AWS region (default: the SDK's chain: AWS_REGION, the profile's region)")
+	f.StringVar(&c.profile, "profile", "", "shared config profile (default: AWS_PROFILE, or \"default\")")
+	f.StringVar(&c.table, "table", table, "lock table name (default from "+tableEnv+" when set)")
+	f.StringVar(&c.pkName, "partition-key-name", ddblock.DefaultPartitionKeyName, "the table's partition key attribute")
+	f.StringVar(&c.skName, "sort-key-name", ddblock.DefaultSortKeyName, "the table's sort key attribute")
+	f.StringVar(&c.ttlName, "ttl-attribute-name", ddblock.DefaultTTLAttributeName, "the TTL attribute")
+}
+
+// names are the table and attribute names as client options.
+func (c *connFlags) names() []ddblock.Option {
+	return []ddblock.Option{
+		ddblock.WithTableName(c.table),
+		ddblock.WithPartitionKeyName(c.pkName),
+		ddblock.WithSortKeyName(c.skName),
+		ddblock.WithTTLAttributeName(c.ttlName),
+	}
+}
+
+// dynamo returns an SDK client configured the AWS way: the default chain
+// of environment, shared config and credentials, then the flags.
+func (c *connFlags) dynamo(ctx context.Context) (*dynamodb.Client, error) {
+	var loadOpts []func(*config.LoadOptions) error
+	if c.profile != "" {
+		loadOpts = append(loadOpts, config.WithSharedConfigProfile(c.profile))
+	}
+	if c.region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(c.region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fail(exitUsage, "loading the AWS configuration: %v", err)
+	}
+	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if c.endpoint != "" {
+			o.BaseEndpoint = aws.String(c.endpoint)
+		}
+	})
+	if ddb.Options().Region == "" {
+		if ddb.Options().BaseEndpoint == nil {
+			return nil, usageError("no AWS region: set AWS_REGION, a region in the profile, or --region")
+		}
+		ddb = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.Region = fallbackRegion
+			if c.endpoint != "" {
+				o.BaseEndpoint = aws.String(c.endpoint)
+			}
+		})
+	}
+	return ddb, nil
+}
+
+// client returns a lock client on the table; close it with closeClient.
+func (c *connFlags) client(ctx context.Context, log *slog.Logger, opts ...ddblock.Option) (*ddblock.Client, error) {
+	ddb, err := c.dynamo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := append(c.names(), ddblock.WithLogger(log))
+	client, err := ddblock.New(ddb, append(all, opts...)...)
+	if err != nil {
+		return nil, libError(err, c.table)
+	}
+	return client, nil
+}
+
+// closeTimeout bounds the wait for a client's background work to end.
+const closeTimeout = 10 * time.Second
+
+// closeClient closes a client that holds no lock any more.
+func closeClient(client *ddblock.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = client.Close(ctx, false)
+}
+
+// logger returns the logger handed to the library: its warnings (failed
+// heartbeats, a lock in danger) are worth an operator's eyes on stderr.
+func logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// libError turns a library error into an exit status and one line.
+func libError(err error, table string) error {
+	err = trimmed{err}
+	var e *ddblock.Error
+	if !errors.As(err, &e) {
+		if errors.Is(err, context.Canceled) {
+			return fail(exitSignalBase+2, "interrupted")
+		}
+		return fail(exitUnavailable, "%v", err)
+	}
+	switch e.Code {
+	case ddblock.CodeInvalidArgument:
+		return fail(exitUsage, "%v", err)
+	case ddblock.CodeTableNotFound:
+		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)
+	case ddblock.CodeAcquireTimeout:
+		return fail(exitBusy, "%v", err)
+	case ddblock.CodeLockNotFound:
+		return fail(exitNotFound, "no lock %s in table %q", lockName(e.PartitionKey, e.SortKey), table)
+	case ddblock.CodeCanceled:
+		return fail(exitSignalBase+2, "interrupted")
+	case ddblock.CodeUnknown:
+		// A DynamoDB call failed: unreachable, throttled, refused.
+		return fail(exitUnavailable, "%v", err)
+	default:
+		return fail(exitInternal, "%v", err)
+	}
+}
+
+// trimmed drops the library's "ddblock: " prefix, which would follow
+// ddblock's own "ddblock COMMAND: ".
+type trimmed struct{ error }
+
+func (t trimmed) Error() string { return strings.TrimPrefix(t.error.Error(), "ddblock: ") }
+func (t trimmed) Unwrap() error { return t.error }
+
+// isResourceInUse recognises CreateTable's "table already exists".
+func isResourceInUse(err error) bool {
+	var riu *types.ResourceInUseException
+	return errors.As(err, &riu)
+}

@@ -1,0 +1,434 @@
+package main
+
+// The end-to-end tests build the ddblock binary once, start one local
+// DynamoDB-compatible server (dynalite, through internal/ddbtest), and run
+// the binary against it as an operator would.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
+)
+
+var (
+	// binPath is the ddblock binary under test.
+	binPath string
+	server  *ddbtest.Server
+	// sdk talks to the server directly, for setting up and checking.
+	sdk *dynamodb.Client
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "ddblock-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "ddblock")
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		// The binary runs under the race detector too when the tests do.
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: building ddblock: %v\n%s", err, out)
+		return 1
+	}
+	server, err = ddbtest.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the local DynamoDB-compatible server could not start: %v\n", err)
+		return 1
+	}
+	defer server.Stop()
+	sdk = server.Client(0)
+	return m.Run()
+}
+
+// Short but real lock timing for the binary: heartbeats keep a lock for
+// longer than a lease, and a dead holder is taken over within seconds.
+const (
+	testLease     = time.Second
+	testHeartbeat = 150 * time.Millisecond
+	testSafe      = testLease * 2 / 3 // what ddblock run derives
+)
+
+var timingFlags = []string{"--lease", testLease.String(), "--heartbeat", testHeartbeat.String()}
+
+// baseEnv is the environment of every ddblock the tests start: the SDK's
+// chain finds dummy credentials and a region in it, and nothing of the
+// developer's AWS setup. Against an external server the caller's AWS
+// settings are kept, since they are what reaches that server.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "DDBLOCK_") || (!server.External && strings.HasPrefix(name, "AWS_")) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	// A race-enabled binary stops at the first race, and does not sleep
+	// the race detector's default second before a successful exit.
+	env = append(env, "GORACE=halt_on_error=1 atexit_sleep_ms=0")
+	if !server.External {
+		env = append(env,
+			"AWS_ACCESS_KEY_ID=ddblock", "AWS_SECRET_ACCESS_KEY=ddblock", "AWS_REGION=us-east-1",
+			"AWS_EC2_METADATA_DISABLED=true",
+			"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull)
+	}
+	return env
+}
+
+// fixture is one test's lock table.
+type fixture struct {
+	t        *testing.T
+	table    string
+	endpoint string
+	env      []string
+}
+
+// newFixture creates a table of the test's own.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, table: ddbtest.TableName(t), endpoint: server.Endpoint, env: baseEnv()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := ddblock.CreateTable(ctx, sdk, ddblock.WithTableNames(ddblock.Options{
+		TableName:        f.table,
+		PartitionKeyName: ddblock.DefaultPartitionKeyName,
+		SortKeyName:      ddblock.DefaultSortKeyName,
+		TTLAttributeName: ddblock.DefaultTTLAttributeName,
+	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
+	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
+		t.Fatalf("CreateTable: %v", err)
+	}
+	return f
+}
+
+// args puts the connection flags after the subcommand.
+func (f *fixture) args(sub string, rest ...string) []string {
+	return append([]string{sub, "--endpoint", f.endpoint, "--table", f.table}, rest...)
+}
+
+// result is how a ddblock process ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// run runs ddblock SUB with the fixture's table to completion.
+func (f *fixture) run(sub string, rest ...string) result {
+	f.t.Helper()
+	return f.start(sub, rest...).wait()
+}
+
+// runRaw runs ddblock with exactly args.
+func (f *fixture) runRaw(args ...string) result {
+	f.t.Helper()
+	return f.startRaw(args...).wait()
+}
+
+func (f *fixture) start(sub string, rest ...string) *proc {
+	f.t.Helper()
+	return f.startRaw(f.args(sub, rest...)...)
+}
+
+// proc is a ddblock process started in the background; it is killed if
+// the test ends before it does.
+type proc struct {
+	t              *testing.T
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	done           chan struct{}
+	res            result
+}
+
+func (f *fixture) startRaw(args ...string) *proc {
+	f.t.Helper()
+	p := &proc{t: f.t, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, args...)
+	p.cmd.Env = f.env
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		f.t.Fatalf("starting ddblock: %v", err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.res = result{code: p.cmd.ProcessState.ExitCode(), stdout: p.stdout.String(), stderr: p.stderr.String()}
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			p.res.stderr += "\n(wait: " + err.Error() + ")"
+		}
+		if strings.Contains(p.res.stderr, "WARNING: DATA RACE") {
+			p.t.Errorf("ddblock %s had a data race:\n%s", strings.Join(p.cmd.Args[1:], " "), p.res.stderr)
+		}
+		close(p.done)
+	}()
+	f.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to end, a minute at most.
+func (p *proc) wait() result {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.res
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Fatalf("ddblock %s did not end within a minute:\n%v", strings.Join(p.cmd.Args[1:], " "), p.res)
+		return result{}
+	}
+}
+
+// signal sends sig to the ddblock process.
+func (p *proc) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signalling ddblock: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a process may write while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// eventually polls cond until it holds, failing the test after 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readFile returns a file's content, "" while it does not exist.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// oneLineOn checks that a failure said one line on stderr, containing want.
+func oneLineOn(t *testing.T, r result, want string) {
+	t.Helper()
+	if strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("want exactly one line on stderr, got:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q does not contain %q", r.stderr, want)
+	}
+}
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// holder is an in-process lock client on the fixture's table, with
+// timings long enough that it does not heartbeat during a test.
+func (f *fixture) holder(owner string) *ddblock.Client {
+	f.t.Helper()
+	c, err := ddblock.New(sdk,
+		ddblock.WithTableName(f.table),
+		ddblock.WithOwnerName(owner),
+		ddblock.WithHeartbeatPeriod(time.Minute),
+		ddblock.WithSafePeriod(2*time.Minute),
+		ddblock.WithLeaseDuration(3*time.Minute),
+		ddblock.WithLogger(quietLog))
+	if err != nil {
+		f.t.Fatalf("New: %v", err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx, true)
+	})
+	return c
+}
+
+// acquire takes a lock with an in-process holder.
+func (f *fixture) acquire(owner, key string, opts ...ddblock.AcquireOption) *ddblock.Lock {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := f.holder(owner).AcquireLock(ctx, key, opts...)
+	if err != nil {
+		f.t.Fatalf("AcquireLock(%q): %v", key, err)
+	}
+	return l
+}
+
+// lookup reads a lock straight from the table; nil when there is none.
+func (f *fixture) lookup(key, sortKey string) *ddblock.LockInfo {
+	f.t.Helper()
+	c, err := ddblock.New(sdk, ddblock.WithTableName(f.table), ddblock.WithLogger(quietLog))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer closeClient(c)
+	info, err := c.GetLock(context.Background(), key, sortKey)
+	if errors.Is(err, ddblock.ErrLockNotFound) {
+		return nil
+	}
+	if err != nil {
+		f.t.Fatalf("GetLock(%q): %v", key, err)
+	}
+	return info
+}
+
+// processGone reports whether pid has ended (a zombie counts: it runs
+// nothing, and containers do not always reap orphans).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name in parentheses.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] == 'Z'
+	}
+	return false
+}
+
+// cutProxy forwards TCP connections to the server until it is cut; then
+// it drops every connection and refuses new ones: a network failure in
+// front of the real server.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.sever()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// endpoint is the proxy's URL.
+func (p *cutProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.forward(c)
+		}()
+	}
+}
+
+func (p *cutProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *cutProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil || !p.track(up) {
+		_ = c.Close()
+		if up != nil {
+			_ = up.Close()
+		}
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	_ = c.Close()
+	_ = up.Close()
+	<-done
+}
+
+// sever cuts the network: open connections drop, new ones are refused.
+func (p *cutProxy) sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}

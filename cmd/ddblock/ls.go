@@ -1,0 +1,265 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+)
+
+const lsAbout = `
+Lists the locks in the table: key, sort key, owner, lease, record version
+number, TTL expiry and additional attributes, as a table for people or,
+with --json, as a JSON array for scripts.
+
+A lock item says who took or heartbeated it last, not that its holder is
+alive: a live holder's record version number changes with every
+heartbeat, so two looks a few seconds apart tell a live holder from a
+dead one.`
+
+func cmdLs(ctx context.Context, env *environ, args []string) error {
+	var (
+		conn   connFlags
+		asJSON bool
+		key    string
+	)
+	f := newFlags(env, "ls", "ls [flags]", lsAbout)
+	conn.register(f)
+	f.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
+	f.StringVar(&key, "key", "", "list only the locks with this partition key")
+	if _, _, err := f.parse(args, 0, false); err != nil {
+		return err
+	}
+	client, err := conn.client(ctx, logger(env.stderr))
+	if err != nil {
+		return err
+	}
+	defer closeClient(client)
+
+	seq := client.ListLocks(ctx)
+	if f.isSet("key") {
+		seq = client.ListLocksByPartitionKey(ctx, key)
+	}
+	var locks []*ddblock.LockInfo
+	for info, err := range seq {
+		if errors.Is(err, ddblock.ErrInvalidItem) {
+			// One foreign item must not hide the locks.
+			fmt.Fprintf(env.stderr, "ddblock ls: skipped an item that is not a lock: %s\n", oneLine(err.Error()))
+			continue
+		}
+		if err != nil {
+			return libError(err, conn.table)
+		}
+		locks = append(locks, info)
+	}
+	slices.SortFunc(locks, func(a, b *ddblock.LockInfo) int {
+		return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
+	})
+	if asJSON {
+		out := make([]lockJSON, 0, len(locks))
+		for _, l := range locks {
+			out = append(out, toJSON(l))
+		}
+		return writeJSON(env.stdout, out)
+	}
+	if len(locks) == 0 {
+		fmt.Fprintf(env.stdout, "no locks in table %q\n", conn.table)
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSORT KEY\tOWNER\tLEASE\tRECORD VERSION NUMBER\tEXPIRES (TTL)\tATTRIBUTES")
+	for _, l := range locks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", cell(l.PartitionKey), cell(l.SortKey), cell(l.OwnerName),
+			l.LeaseDuration, l.RecordVersionNumber, formatExpiry(l.ExpiryTime), formatAttrs(l.AdditionalAttributes))
+	}
+	return tw.Flush()
+}
+
+const getAbout = `
+Shows one lock: who holds it, its lease, record version number (which
+'ddblock release --rvn' takes), TTL expiry and additional attributes.
+Exits 1 when there is no such lock.`
+
+func cmdGet(ctx context.Context, env *environ, args []string) error {
+	var (
+		conn    connFlags
+		asJSON  bool
+		sortKey string
+	)
+	f := newFlags(env, "get", "get [flags] KEY", getAbout)
+	conn.register(f)
+	f.StringVar(&sortKey, "sort-key", ddblock.DefaultSortKey, "the lock's sort key")
+	f.BoolVar(&asJSON, "json", false, "print a JSON object")
+	pos, _, err := f.parse(args, 1, false, "KEY")
+	if err != nil {
+		return err
+	}
+	client, err := conn.client(ctx, logger(env.stderr))
+	if err != nil {
+		return err
+	}
+	defer closeClient(client)
+	info, err := client.GetLock(ctx, pos[0], sortKey)
+	if err != nil {
+		return libError(err, conn.table)
+	}
+	if asJSON {
+		return writeJSON(env.stdout, toJSON(info))
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\n", cell(info.PartitionKey))
+	fmt.Fprintf(tw, "sort key\t%s\n", cell(info.SortKey))
+	fmt.Fprintf(tw, "owner\t%s\n", cell(info.OwnerName))
+	fmt.Fprintf(tw, "lease\t%v\n", info.LeaseDuration)
+	fmt.Fprintf(tw, "record version number\t%s\n", info.RecordVersionNumber)
+	fmt.Fprintf(tw, "expires (TTL)\t%s\n", formatExpiry(info.ExpiryTime))
+	for _, name := range slices.Sorted(maps.Keys(info.AdditionalAttributes)) {
+		fmt.Fprintf(tw, "attribute %s\t%s\n", cell(name), attrText(info.AdditionalAttributes[name]))
+	}
+	return tw.Flush()
+}
+
+// lockJSON is a lock as `ls --json` and `get --json` print it.
+type lockJSON struct {
+	Key                 string  `json:"key"`
+	SortKey             string  `json:"sort_key"`
+	Owner               string  `json:"owner"`
+	LeaseSeconds        float64 `json:"lease_seconds"`
+	RecordVersionNumber string  `json:"record_version_number"`
+	// ExpiryTime is RFC 3339 in UTC; absent when the item has no TTL.
+	ExpiryTime string         `json:"expiry_time,omitempty"`
+	Attributes map[string]any `json:"attributes"`
+}
+
+func toJSON(l *ddblock.LockInfo) lockJSON {
+	out := lockJSON{
+		Key:                 l.PartitionKey,
+		SortKey:             l.SortKey,
+		Owner:               l.OwnerName,
+		LeaseSeconds:        l.LeaseDuration.Seconds(),
+		RecordVersionNumber: l.RecordVersionNumber,
+		Attributes:          map[string]any{},
+	}
+	if !l.ExpiryTime.IsZero() {
+		out.ExpiryTime = l.ExpiryTime.UTC().Format(time.RFC3339)
+	}
+	for k, v := range l.AdditionalAttributes {
+		out.Attributes[k] = plain(v)
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// plain turns a DynamoDB attribute value into what encoding/json prints
+// naturally: strings, numbers (exactly as stored), booleans, null,
+// base64 for binary, arrays for lists and sets, objects for maps.
+func plain(v types.AttributeValue) any {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return number(v.Value)
+	case *types.AttributeValueMemberBOOL:
+		return v.Value
+	case *types.AttributeValueMemberNULL:
+		return nil
+	case *types.AttributeValueMemberB:
+		return v.Value
+	case *types.AttributeValueMemberSS:
+		return v.Value
+	case *types.AttributeValueMemberNS:
+		out := make([]any, len(v.Value))
+		for i, n := range v.Value {
+			out[i] = number(n)
+		}
+		return out
+	case *types.AttributeValueMemberBS:
+		return v.Value
+	case *types.AttributeValueMemberL:
+		out := make([]any, len(v.Value))
+		for i, e := range v.Value {
+			out[i] = plain(e)
+		}
+		return out
+	case *types.AttributeValueMemberM:
+		out := make(map[string]any, len(v.Value))
+		for k, e := range v.Value {
+			out[k] = plain(e)
+		}
+		return out
+	default:
+		return fmt.Sprintf("<%T>", v)
+	}
+}
+
+// number keeps a DynamoDB number's digits exactly; one that JSON cannot
+// hold as a number is printed as a string.
+func number(s string) any {
+	if json.Valid([]byte(s)) {
+		if _, err := strconv.ParseFloat(s, 64); err == nil {
+			return json.Number(s)
+		}
+	}
+	return s
+}
+
+// attrText is one attribute value for people: its JSON form.
+func attrText(v types.AttributeValue) string {
+	b, err := json.Marshal(plain(v))
+	if err != nil {
+		return fmt.Sprintf("<%v>", err)
+	}
+	return string(b)
+}
+
+func formatAttrs(attrs map[string]types.AttributeValue) string {
+	if len(attrs) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(attrs))
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		parts = append(parts, cell(name)+"="+attrText(attrs[name]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func formatExpiry(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// cell keeps a value on one line of a table: keys may hold any UTF-8,
+// tabs and newlines included.
+func cell(s string) string {
+	if s == "" {
+		return `""`
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// lockName names a lock in messages: "key"/"sort key".
+func lockName(pk, sk string) string {
+	return strconv.Quote(pk) + "/" + strconv.Quote(sk)
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+)
+
+const runAbout = `
+Waits for the lock on KEY, runs COMMAND while heartbeating the lock, and
+releases it when COMMAND ends. ddblock exits with COMMAND's status.
+
+While it waits, ddblock says on stderr who holds the lock. With --wait 0 it
+tries once. A holder that died is taken over once its lease has passed
+without a heartbeat, so give --wait at least the holder's lease (the
+default) if crashed holders must not block later runs.
+
+COMMAND runs in its own process group, with the lock in its environment:
+DDBLOCK_KEY, DDBLOCK_SORT_KEY, DDBLOCK_OWNER, DDBLOCK_TABLE and
+DDBLOCK_RECORD_VERSION_NUMBER (the version when the lock was taken; every
+heartbeat changes it). SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
+SIGUSR2 sent to ddblock are passed to COMMAND's process group.
+
+If the lock goes into danger (no successful heartbeat for --safe) or is
+stolen, COMMAND's process group gets SIGTERM, then SIGKILL after --grace,
+and ddblock exits 76. Timing: --heartbeat defaults to lease/6 and --safe
+to lease*2/3; at least two heartbeats must fit in the safe period, and
+--grace in the time between the safe period and the lease, so that
+COMMAND is stopped before anyone else can take the lock.
+
+Exit statuses: COMMAND's (128+N when killed by signal N); 75 the lock was
+not acquired within --wait; 76 the lock was lost while COMMAND ran; 126/127
+COMMAND cannot be run / was not found; 64 usage; 69 DynamoDB unavailable;
+70 internal error; 128+N interrupted by signal N while waiting.`
+
+// forwardedSignals are passed to the command; while ddblock waits for the
+// lock they end the wait instead.
+var forwardedSignals = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2,
+}
+
+// releaseTimeout bounds the release after the command ended.
+const releaseTimeout = 10 * time.Second
+
+// holderReportInterval is how often a waiting run looks whether the lock
+// changed hands, to say so.
+const holderReportInterval = 10 * time.Second
+
+// timing is a run's lock timing, checked.
+type timing struct {
+	lease, heartbeat, safe, grace time.Duration
+}
+
+// runTiming derives the unset durations (zero) from the lease and checks
+// that the whole can keep the command safe.
+func runTiming(lease, heartbeat, safe, grace time.Duration, graceSet bool) (timing, error) {
+	if lease <= 0 {
+		return timing{}, usageError("--lease must be positive, got %v", lease)
+	}
+	if heartbeat == 0 {
+		heartbeat = lease / 6
+	}
+	if safe == 0 {
+		safe = lease * 2 / 3
+	}
+	switch {
+	case heartbeat <= 0:
+		return timing{}, usageError("--heartbeat must be positive, got %v", heartbeat)
+	case safe <= 0:
+		return timing{}, usageError("--safe must be positive, got %v", safe)
+	case safe >= lease:
+		return timing{}, usageError("--safe %v must be shorter than --lease %v", safe, lease)
+	case 2*heartbeat > safe:
+		return timing{}, usageError("--heartbeat %v is too long for a safe period of %v: at least two heartbeats must fit in it (lower --heartbeat or raise --lease)", heartbeat, safe)
+	}
+	margin := lease - safe
+	if !graceSet {
+		grace = margin / 2
+	}
+	switch {
+	case grace < 0:
+		return timing{}, usageError("--grace must not be negative, got %v", grace)
+	case grace > margin:
+		return timing{}, usageError("--grace %v is longer than the %v between the safe period and the lease: someone else could take the lock before the command is stopped", grace, margin)
+	}
+	return timing{lease: lease, heartbeat: heartbeat, safe: safe, grace: grace}, nil
+}
+
+// runner is one `ddblock run`.
+type runner struct {
+	env     *environ
+	conn    connFlags
+	client  *ddblock.Client
+	key     string
+	sortKey string
+	wait    time.Duration
+	attrs   map[string]types.AttributeValue
+	sigs    chan os.Signal
+}
+
+func cmdRun(ctx context.Context, env *environ, args []string) error {
+	r := &runner{env: env}
+	var (
+		lease, heartbeat, safe, grace time.Duration
+		owner                         string
+		attrs                         = attrFlag{}
+	)
+	f := newFlags(env, "run", "run [flags] KEY [--] COMMAND [ARG...]", runAbout)
+	r.conn.register(f)
+	f.StringVar(&r.sortKey, "sort-key", ddblock.DefaultSortKey, "the lock's sort key")
+	f.DurationVar(&lease, "lease", ddblock.DefaultLeaseDuration, "how long others wait on a silent holder before taking the lock over")
+	f.DurationVar(&heartbeat, "heartbeat", 0, "how often the lock is heartbeated (default lease/6)")
+	f.DurationVar(&safe, "safe", 0, "how long without a successful heartbeat before the lock is in danger\nand the command is stopped (default lease*2/3)")
+	f.DurationVar(&r.wait, "wait", 0, "how long to wait for the lock; 0 tries once (default lease+heartbeat)")
+	f.DurationVar(&grace, "grace", 0, "after the lock is lost, how long between SIGTERM and SIGKILL\n(default half the time between --safe and --lease)")
+	f.StringVar(&owner, "owner", "", "owner name written in the lock (default: host name and a random suffix)")
+	f.Var(attrs, "attr", "additional attribute NAME=VALUE stored with the lock, as a string (repeatable)")
+	pos, command, err := f.parse(args, 1, true, "KEY")
+	if err != nil {
+		return err
+	}
+	r.key = pos[0]
+	if len(command) == 0 {
+		return usageError("missing COMMAND (see ddblock run --help)")
+	}
+	if err := nonNegative("wait", r.wait); err != nil {
+		return err
+	}
+	tm, err := runTiming(lease, heartbeat, safe, grace, f.isSet("grace"))
+	if err != nil {
+		return err
+	}
+	if !f.isSet("wait") {
+		r.wait = tm.lease + tm.heartbeat
+	}
+	for k, v := range attrs {
+		if r.attrs == nil {
+			r.attrs = map[string]types.AttributeValue{}
+		}
+		r.attrs[k] = &types.AttributeValueMemberS{Value: v}
+	}
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fail(exitCommandNotFound, "command not found: %s", command[0])
+		}
+		return fail(exitCannotExecute, "cannot run %s: %v", command[0], err)
+	}
+
+	// Catch the signals before anything can be held, so that none is lost
+	// between taking the lock and starting the command.
+	r.sigs = make(chan os.Signal, 16)
+	signal.Notify(r.sigs, forwardedSignals...)
+	defer signal.Stop(r.sigs)
+
+	opts := []ddblock.Option{
+		ddblock.WithLeaseDuration(tm.lease),
+		ddblock.WithHeartbeatPeriod(tm.heartbeat),
+		ddblock.WithSafePeriod(tm.safe),
+	}
+	if owner != "" {
+		opts = append(opts, ddblock.WithOwnerName(owner))
+	}
+	r.client, err = r.conn.client(ctx, logger(env.stderr), opts...)
+	if err != nil {
+		return err
+	}
+	defer closeClient(r.client)
+
+	lock, err := r.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	return r.supervise(lock, path, command, tm.grace)
+}
+
+// acquire waits for the lock; a forwarded signal ends the wait.
+func (r *runner) acquire(ctx context.Context) (*ddblock.Lock, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		lock *ddblock.Lock
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := r.waitForLock(ctx)
+		done <- result{l, err}
+	}()
+	select {
+	case res := <-done:
+		return res.lock, res.err
+	case sig := <-r.sigs:
+		cancel()
+		if res := <-done; res.lock != nil {
+			r.release(res.lock, false)
+		}
+		return nil, fail(signalStatus(sig), "interrupted by %v while waiting for lock %s", sig, lockName(r.key, r.sortKey))
+	}
+}
+
+// waitForLock tries once; if the lock is held, it says by whom and waits
+// for it up to --wait.
+func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
+	start := time.Now()
+	acquireOpts := func(wait time.Duration) []ddblock.AcquireOption {
+		return []ddblock.AcquireOption{
+			ddblock.WithSortKey(r.sortKey),
+			ddblock.WithRetryTimeout(wait),
+			ddblock.WithAdditionalAttributes(r.attrs),
+		}
+	}
+	lock, err := r.client.AcquireLock(ctx, r.key, acquireOpts(0)...)
+	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+		return lock, r.acquireError(err)
+	}
+	holder, err := r.holder(ctx)
+	if err != nil {
+		return nil, r.acquireError(err)
+	}
+	name := lockName(r.key, r.sortKey)
+	if r.wait == 0 {
+		return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
+	}
+	fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
+
+	reportCtx, stopReports := context.WithCancel(ctx)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		r.reportHolders(reportCtx, holder, start)
+	}()
+	lock, err = r.client.AcquireLock(ctx, r.key, acquireOpts(max(r.wait-time.Since(start), 0))...)
+	stopReports()
+	<-reported
+	if err == nil {
+		fmt.Fprintf(r.env.stderr, "ddblock run: acquired lock %s after %v\n", name, time.Since(start).Round(time.Millisecond))
+		return lock, nil
+	}
+	if errors.Is(err, ddblock.ErrAcquireTimeout) {
+		holder, herr := r.holder(context.WithoutCancel(ctx))
+		if herr != nil {
+			holder = "someone else"
+		}
+		return nil, fail(exitBusy, "lock %s not acquired within %v: held by %s", name, r.wait, holder)
+	}
+	return nil, r.acquireError(err)
+}
+
+// holder describes who holds the lock now.
+func (r *runner) holder(ctx context.Context) (string, error) {
+	info, err := r.client.GetLock(ctx, r.key, r.sortKey)
+	if errors.Is(err, ddblock.ErrLockNotFound) {
+		return "nobody any more (it was just released)", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return describe(info), nil
+}
+
+func describe(info *ddblock.LockInfo) string {
+	return fmt.Sprintf("%s (lease %v)", info.OwnerName, info.LeaseDuration)
+}
+
+// reportHolders says when the lock changes hands while we wait.
+func (r *runner) reportHolders(ctx context.Context, last string, start time.Time) {
+	t := time.NewTicker(holderReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := r.holder(ctx)
+		if err != nil || now == last {
+			continue
+		}
+		last = now
+		fmt.Fprintf(r.env.stderr, "ddblock run: still waiting after %v; lock %s is now held by %s\n",
+			time.Since(start).Round(time.Second), lockName(r.key, r.sortKey), now)
+	}
+}
+
+func (r *runner) acquireError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return libError(err, r.conn.table)
+}
+
+// supervise runs the command under the lock and returns ddblock's exit.
+func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, grace time.Duration) error {
+	cmd := exec.Command(path, command[1:]...)
+	cmd.Args = command
+	cmd.Env = append(os.Environ(),
+		"DDBLOCK_KEY="+lock.PartitionKey(),
+		"DDBLOCK_SORT_KEY="+lock.SortKey(),
+		"DDBLOCK_OWNER="+lock.OwnerName(),
+		"DDBLOCK_RECORD_VERSION_NUMBER="+lock.RecordVersionNumber(),
+		tableEnv+"="+r.conn.table,
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.env.stdin, r.env.stdout, r.env.stderr
+	cmd.SysProcAttr = childSysProcAttr()
+	if err := cmd.Start(); err != nil {
+		r.release(lock, false)
+		return fail(exitCannotExecute, "cannot run %s: %v", command[0], err)
+	}
+	pgid := cmd.Process.Pid // the command leads its own process group
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // its status is read from cmd.ProcessState
+		close(exited)
+	}()
+
+	name := lockName(r.key, r.sortKey)
+	lockDone := lock.Done()
+	var (
+		lost  error
+		kill  *time.Timer
+		killC <-chan time.Time
+	)
+	for {
+		select {
+		case sig := <-r.sigs:
+			signalGroup(pgid, sig)
+			continue
+		case <-lockDone:
+			lockDone = nil
+			lost = lock.Err()
+			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s lost (%s): sending SIGTERM to the command, SIGKILL after %v\n",
+				name, ddblock.CodeOf(lost), grace)
+			signalGroup(pgid, syscall.SIGTERM)
+			kill = time.NewTimer(grace)
+			killC = kill.C
+			continue
+		case <-killC:
+			killC = nil
+			fmt.Fprintf(r.env.stderr, "ddblock run: the command is still running %v after SIGTERM: sending SIGKILL\n", grace)
+			signalGroup(pgid, syscall.SIGKILL)
+			continue
+		case <-exited:
+		}
+		break
+	}
+	if kill != nil {
+		kill.Stop()
+	}
+	status := exitStatus(cmd.ProcessState)
+	if lost == nil {
+		// The command may have finished just as the lock was lost: its
+		// work was then not exclusive to the end.
+		if err := lock.Err(); isLost(err) {
+			lost = err
+			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s was lost (%s) as the command ended\n", name, ddblock.CodeOf(lost))
+		}
+	}
+	if lost != nil {
+		// Whatever the command left behind in its group must not go on
+		// working without the lock.
+		signalGroup(pgid, syscall.SIGKILL)
+		r.release(lock, true)
+		return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", name, ddblock.CodeOf(lost), status)
+	}
+	r.release(lock, false)
+	return exitWith(status)
+}
+
+func isLost(err error) bool {
+	return errors.Is(err, ddblock.ErrLockStolen) || errors.Is(err, ddblock.ErrLockInDanger)
+}
+
+// release gives the lock back; quiet when the lock is known to be lost.
+func (r *runner) release(lock *ddblock.Lock, lost bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := lock.Release(ctx, ddblock.WithBestEffort(false))
+	if err != nil && !lost {
+		fmt.Fprintf(r.env.stderr, "ddblock run: could not release lock %s; it expires after its lease: %s\n",
+			lockName(r.key, r.sortKey), oneLine(err.Error()))
+	}
+}
+
+// exitStatus is the shell's view of how a process ended.
+func exitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return exitInternal
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignalBase + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return exitSignalBase + int(s)
+	}
+	return exitSignalBase + int(syscall.SIGINT)
+}
+
+// signalGroup sends sig to every process of the group; a group that is
+// gone already is no error.
+func signalGroup(pgid int, sig os.Signal) {
+	if s, ok := sig.(syscall.Signal); ok {
+		_ = syscall.Kill(-pgid, s)
+	}
+}

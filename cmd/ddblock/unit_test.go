@@ -1,0 +1,143 @@
+package main
+
+// Pure logic, tested without a server: timing rules, argument parsing,
+// attribute rendering.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestRunTiming(t *testing.T) {
+	s, ms := time.Second, time.Millisecond
+	tests := []struct {
+		name                          string
+		lease, heartbeat, safe, grace time.Duration
+		graceSet                      bool
+		want                          timing
+		err                           string
+	}{
+		{name: "library defaults", lease: 30 * s,
+			want: timing{lease: 30 * s, heartbeat: 5 * s, safe: 20 * s, grace: 5 * s}},
+		{name: "short lease", lease: s,
+			want: timing{lease: s, heartbeat: s / 6, safe: s * 2 / 3, grace: (s - s*2/3) / 2}},
+		{name: "explicit heartbeat", lease: s, heartbeat: 150 * ms,
+			want: timing{lease: s, heartbeat: 150 * ms, safe: s * 2 / 3, grace: (s - s*2/3) / 2}},
+		{name: "explicit everything", lease: 10 * s, heartbeat: s, safe: 5 * s, grace: 0, graceSet: true,
+			want: timing{lease: 10 * s, heartbeat: s, safe: 5 * s, grace: 0}},
+		{name: "grace up to the margin", lease: 3 * s, grace: s, graceSet: true,
+			want: timing{lease: 3 * s, heartbeat: s / 2, safe: 2 * s, grace: s}},
+		{name: "zero lease", lease: 0, err: "--lease must be positive"},
+		{name: "negative heartbeat", lease: s, heartbeat: -ms, err: "--heartbeat must be positive"},
+		{name: "negative safe", lease: s, safe: -ms, err: "--safe must be positive"},
+		{name: "safe at the lease", lease: s, safe: s, err: "--safe 1s must be shorter than --lease 1s"},
+		{name: "one heartbeat per safe period", lease: s, heartbeat: 400 * ms, err: "at least two heartbeats"},
+		{name: "grace past the lease", lease: 3 * s, grace: 1100 * ms, graceSet: true, err: "--grace 1.1s is longer than the 1s"},
+		{name: "negative grace", lease: 3 * s, grace: -s, graceSet: true, err: "--grace must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := runTiming(tt.lease, tt.heartbeat, tt.safe, tt.grace, tt.graceSet)
+			if tt.err != "" {
+				var e *exitError
+				if !errors.As(err, &e) || e.code != exitUsage || !strings.Contains(e.msg, tt.err) {
+					t.Fatalf("want a usage error containing %q, got %v", tt.err, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		allowRest bool
+		pos, rest []string
+		sortKey   string
+		err       string
+	}{
+		{name: "flag after the key", args: []string{"k", "--sort-key", "s"}, pos: []string{"k"}, sortKey: "s"},
+		{name: "flag before the key", args: []string{"-sort-key=s", "k"}, pos: []string{"k"}, sortKey: "s"},
+		{name: "command after --", args: []string{"k", "--sort-key", "s", "--", "ls", "-l"}, allowRest: true,
+			pos: []string{"k"}, rest: []string{"ls", "-l"}, sortKey: "s"},
+		{name: "command without --", args: []string{"k", "ls", "-l", "--sort-key", "x"}, allowRest: true,
+			pos: []string{"k"}, rest: []string{"ls", "-l", "--sort-key", "x"}},
+		{name: "key after --", args: []string{"--", "-odd-key"}, pos: []string{"-odd-key"}},
+		{name: "key and command after --", args: []string{"--", "k", "cmd"}, allowRest: true,
+			pos: []string{"k"}, rest: []string{"cmd"}},
+		{name: "missing key", args: []string{"--sort-key", "s"}, err: "missing KEY"},
+		{name: "missing key after --", args: []string{"--"}, err: "missing KEY"},
+		{name: "unexpected argument", args: []string{"k", "x"}, err: `unexpected argument "x"`},
+		{name: "unknown flag", args: []string{"k", "--nope"}, err: "flag provided but not defined: -nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := &environ{stdout: &bytes.Buffer{}, getenv: func(string) string { return "" }}
+			f := newFlags(env, "get", "get KEY", "")
+			sortKey := f.String("sort-key", "-", "")
+			pos, rest, err := f.parse(tt.args, 1, tt.allowRest, "KEY")
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("want an error containing %q, got %v", tt.err, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.pos, pos); diff != "" {
+				t.Errorf("positional (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.rest, rest, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("rest (-want +got):\n%s", diff)
+			}
+			if want := tt.sortKey; want != "" && *sortKey != want {
+				t.Errorf("--sort-key = %q, want %q", *sortKey, want)
+			}
+		})
+	}
+}
+
+func TestPlainAttributes(t *testing.T) {
+	v := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		"s":    &types.AttributeValueMemberS{Value: "x"},
+		"n":    &types.AttributeValueMemberN{Value: "12345678901234567890.5"},
+		"bad":  &types.AttributeValueMemberN{Value: "NaN"},
+		"b":    &types.AttributeValueMemberB{Value: []byte{1, 2}},
+		"t":    &types.AttributeValueMemberBOOL{Value: true},
+		"null": &types.AttributeValueMemberNULL{Value: true},
+		"ss":   &types.AttributeValueMemberSS{Value: []string{"a", "b"}},
+		"ns":   &types.AttributeValueMemberNS{Value: []string{"1", "2.5"}},
+		"l":    &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "y"}}},
+	}}
+	want := `{"b":"AQI=","bad":"NaN","l":["y"],"n":12345678901234567890.5,"ns":[1,2.5],"null":null,"s":"x","ss":["a","b"],"t":true}`
+	got, err := json.Marshal(plain(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if got := formatAttrs(map[string]types.AttributeValue{"b": &types.AttributeValueMemberN{Value: "3"}, "a": &types.AttributeValueMemberS{Value: "x y"}}); got != `a="x y" b=3` {
+		t.Errorf("formatAttrs = %s", got)
+	}
+	if got := cell("tab\there"); got != `"tab\there"` {
+		t.Errorf("cell = %s", got)
+	}
+}
