@@ -32,6 +32,12 @@ const (
 //   - losing a race to another client is not an error: it waits and tries
 //     again.
 //
+// An item kept after its release ([Options.KeepReleasedItems]) is taken
+// at once, and with [Options.MaxClockSkew] an item whose holder's
+// wall-clock stamp is older than its lease plus the skew is taken over
+// without watching it first. What the client has seen of a lock is
+// remembered across calls ([Options.MaxObservations]).
+//
 // It ends with CodeAcquireTimeout after the retry timeout (or at ctx's
 // deadline), CodeCanceled when ctx is cancelled, CodeClientShutdown when
 // the client is closed, CodeInvalidArgument for bad arguments,
@@ -40,21 +46,40 @@ const (
 // (it is left untouched), and CodeUnknown, wrapping the cause, on any
 // other failure.
 func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, partitionKey, false, opts)
+}
+
+// TryAcquireLock makes one attempt and answers at once: the lock, or an
+// error of CodeLockHeld naming the holder. A lock seen held by an earlier
+// call is taken over by a later one once it has stood unchanged for its
+// lease, so polling with TryAcquireLock does take over a dead holder's
+// lock. The retry options are ignored.
+func (c *Client) TryAcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, partitionKey, true, opts)
+}
+
+func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []AcquireOption) (*Lock, error) {
 	o := AcquireOptions{
 		SortKey:      DefaultSortKey,
 		RetryPeriod:  c.opts.HeartbeatPeriod,
 		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
+	}
+	if c.opts.PartitionKeyOnly {
+		o.SortKey = ""
 	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	if err := c.checkAcquire(partitionKey, &o); err != nil {
+	if err := c.checkAcquire(pk, &o); err != nil {
 		return nil, err
 	}
-	a := &acquisition{c: c, pk: partitionKey, opts: o, start: c.clock.Monotonic()}
-	return a.run(ctx)
+	a := &acquisition{c: c, pk: pk, opts: o, once: once, start: c.clock.Monotonic(), id: lockID(pk, o.SortKey)}
+	a.seen, a.seenAt = c.observations.get(a.id)
+	lock, err := a.run(ctx)
+	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
+	return lock, err
 }
 
 func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
@@ -70,7 +95,11 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 		}
 	}
 	checkKey("PartitionKey", pk, maxPartitionKeyBytes)
-	checkKey("SortKey", o.SortKey, maxSortKeyBytes)
+	if !c.opts.PartitionKeyOnly {
+		checkKey("SortKey", o.SortKey, maxSortKeyBytes)
+	} else if o.SortKey != "" {
+		errs = append(errs, invalidArg("SortKey", "the client's table has no sort key"))
+	}
 	if o.RetryPeriod <= 0 {
 		errs = append(errs, invalidArg("RetryPeriod", fmt.Sprintf("must be positive, got %v", o.RetryPeriod)))
 	}
@@ -97,11 +126,14 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 type acquisition struct {
 	c     *Client
 	pk    string
+	id    string
 	opts  AcquireOptions
+	once  bool
 	start time.Duration
 
 	// What the last look at the table showed: an item with this record
-	// version number, first seen at seenAt (monotonic).
+	// version number, first seen at seenAt (monotonic); nil when there
+	// was none.
 	seen     *LockInfo
 	seenAt   time.Duration
 	attempts int
@@ -116,13 +148,17 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, a.ctxError(ctx)
 		}
+		a.attempts++
 		lock, err := a.attempt(ctx)
 		if lock != nil || err != nil {
 			return lock, err
 		}
+		c.opts.Metrics.LockContended()
+		if a.once {
+			return nil, a.held()
+		}
 		// Sleep until start + n*retry period, as Python does, unless that
 		// is past the retry timeout.
-		a.attempts++
 		wake := a.start + time.Duration(a.attempts)*a.opts.RetryPeriod
 		if wake > a.start+a.opts.RetryTimeout {
 			return nil, a.fail(CodeAcquireTimeout, fmt.Sprintf("not acquired within %v", a.opts.RetryTimeout), nil)
@@ -137,23 +173,31 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 // when the acquire must end, and neither when it should wait and retry.
 func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
 	c := a.c
-	if a.seen != nil {
+	if a.seen != nil && !a.seen.Released {
 		// Someone held the lock when we last looked: read before writing,
 		// so that waiting costs reads only.
 		info, err := c.readItem(ctx, a.pk, a.opts.SortKey)
 		if err != nil {
 			return nil, a.callError(ctx, "reading the lock", err)
 		}
-		a.observe(info, c.clock.Monotonic())
-		if a.seen != nil && c.clock.Monotonic()-a.seenAt < a.seen.LeaseDuration {
+		a.observe(info)
+		if !a.mayWrite() {
 			return nil, nil // held, and not yet silent for a whole lease
 		}
 	}
+	lock, err := a.put(ctx)
+	if lock != nil || err != nil || !a.mayWrite() {
+		return lock, err
+	}
+	// The put lost, but what it found can be taken now: the item was
+	// released, deleted, or is stale by its holder's stamp.
 	return a.put(ctx)
 }
 
-// observe records what a read showed.
-func (a *acquisition) observe(info *LockInfo, now time.Duration) {
+// observe records what a look at the table showed, here and in the
+// client's memory of observations.
+func (a *acquisition) observe(info *LockInfo) {
+	now := a.c.clock.Monotonic()
 	switch {
 	case info == nil:
 		a.seen = nil
@@ -162,6 +206,28 @@ func (a *acquisition) observe(info *LockInfo, now time.Duration) {
 	default:
 		a.seen = info // same version: keep the time it was first seen
 	}
+	if a.seen == nil {
+		a.c.observations.forget(a.id)
+	} else {
+		a.c.observations.remember(a.id, a.seen, a.seenAt)
+	}
+}
+
+// mayWrite reports whether a put can succeed on what was last seen.
+func (a *acquisition) mayWrite() bool {
+	return a.seen == nil || a.seen.Released || a.expired() || a.staleByStamp()
+}
+
+// expired: the same version number has stood for the item's whole lease.
+func (a *acquisition) expired() bool {
+	return a.c.clock.Monotonic()-a.seenAt >= a.seen.LeaseDuration
+}
+
+// staleByStamp: fast takeover by the holder's wall-clock stamp.
+func (a *acquisition) staleByStamp() bool {
+	skew := a.c.opts.MaxClockSkew
+	return skew > 0 && !a.seen.HeartbeatTime.IsZero() &&
+		a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration+skew))
 }
 
 // put writes our lock: a new item when none was seen, or over the seen
@@ -178,6 +244,18 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
 		AdditionalAttributes: a.opts.AdditionalAttributes,
 	}
+	if c.opts.MaxClockSkew > 0 {
+		info.HeartbeatTime = now
+	}
+	// The fencing token counts acquisitions of the key. It goes on even
+	// when this client does not ask for tokens, so that no client breaks
+	// another's count by overwriting the item.
+	if prior := a.seen; prior != nil && (prior.FencingToken > 0 || c.opts.FencingTokens) {
+		info.FencingToken = prior.FencingToken + 1
+	} else if prior == nil && c.opts.FencingTokens {
+		info.FencingToken = 1
+	}
+	var takenFrom *LockInfo
 	in := &dynamodb.PutItemInput{
 		TableName:                           aws.String(c.opts.TableName),
 		Item:                                c.codec.encode(info),
@@ -187,16 +265,20 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		in.ConditionExpression = aws.String(condNew)
 		in.ExpressionAttributeNames = map[string]string{namePK: c.opts.PartitionKeyName}
 	} else {
+		if !a.seen.Released {
+			takenFrom = a.seen
+		}
 		in.ConditionExpression = aws.String(condOwned)
 		in.ExpressionAttributeNames = map[string]string{nameRVN: attrRVN}
 		in.ExpressionAttributeValues = map[string]types.AttributeValue{
 			valueRVN: &types.AttributeValueMemberS{Value: a.seen.RecordVersionNumber},
 		}
 	}
+	fast := takenFrom != nil && !a.expired()
 	sent := c.clock.Monotonic()
-	_, err := c.ddb.PutItem(ctx, in)
+	_, err := c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
 	if err == nil {
-		return a.won(ctx, info, sent)
+		return a.won(info, sent, takenFrom, fast)
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
@@ -221,23 +303,26 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	if current != nil && current.RecordVersionNumber == info.RecordVersionNumber {
 		// Our own write: its reply was lost and the SDK's retry failed
 		// the condition on the item that write made.
-		return a.won(ctx, info, sent)
+		return a.won(info, sent, takenFrom, fast)
 	}
-	a.observe(current, c.clock.Monotonic())
+	a.observe(current)
 	return nil, nil
 }
 
 // won turns a successful write into a held lock.
-func (a *acquisition) won(ctx context.Context, info *LockInfo, sent time.Duration) (*Lock, error) {
+func (a *acquisition) won(info *LockInfo, sent time.Duration, takenFrom *LockInfo, fast bool) (*Lock, error) {
 	c := a.c
+	c.observations.forget(a.id)
 	l := &Lock{
 		client:        c,
-		id:            lockID(info.PartitionKey, info.SortKey),
+		id:            a.id,
 		pk:            info.PartitionKey,
 		sk:            info.SortKey,
 		owner:         info.OwnerName,
 		lease:         info.LeaseDuration,
 		attrs:         info.AdditionalAttributes,
+		token:         info.FencingToken,
+		takenFrom:     takenFrom,
 		callback:      a.opts.Callback,
 		status:        StatusLocked,
 		rvn:           info.RecordVersionNumber,
@@ -249,6 +334,11 @@ func (a *acquisition) won(ctx context.Context, info *LockInfo, sent time.Duratio
 		c.deleteIfOurs(info)
 		return nil, a.fail(CodeClientShutdown, "the client was closed while acquiring", nil)
 	}
+	if takenFrom != nil {
+		c.opts.Metrics.LockTakenOver(fast)
+		c.log.Info("ddblock: took over a lock from a holder presumed dead", "key", l.pk, "sort_key", l.sk,
+			"previous_owner", takenFrom.OwnerName, "fast", fast)
+	}
 	return l, nil
 }
 
@@ -257,7 +347,7 @@ func (a *acquisition) won(ctx context.Context, info *LockInfo, sent time.Duratio
 func (c *Client) deleteIfOurs(info *LockInfo) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
-	if err := c.deleteItem(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber); err != nil && !isConditionFailed(err) {
+	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, info.FencingToken > 0); err != nil && !isConditionFailed(err) {
 		c.log.Warn("ddblock: could not remove an abandoned acquire", "key", info.PartitionKey, "sort_key", info.SortKey, "err", err)
 	}
 }
@@ -273,6 +363,15 @@ func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
 	case <-a.c.ctx.Done():
 		return a.fail(CodeClientShutdown, "the client was closed while waiting", nil)
 	}
+}
+
+// held is TryAcquireLock's answer when the lock is taken.
+func (a *acquisition) held() *Error {
+	msg := "the lock is held"
+	if a.seen != nil {
+		msg = fmt.Sprintf("the lock is held by %q (lease %v)", a.seen.OwnerName, a.seen.LeaseDuration)
+	}
+	return a.fail(CodeLockHeld, msg, nil)
 }
 
 // callError classifies a failed DynamoDB call made while acquiring.

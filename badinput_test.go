@@ -55,6 +55,10 @@ func TestTableWithOtherKeys(t *testing.T) {
 			if _, err := e.ddb.CreateTable(context.Background(), in); err != nil {
 				t.Fatal(err)
 			}
+			waiter := dynamodb.NewTableExistsWaiter(e.ddb, func(o *dynamodb.TableExistsWaiterOptions) { o.MinDelay = 10 * time.Millisecond })
+			if err := waiter.Wait(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
 			c := e.client(ddblock.WithTableName(table))
 			check := func(what string, err error) {
 				t.Helper()

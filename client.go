@@ -46,6 +46,8 @@ type Client struct {
 	locks   map[string]*Lock
 	nextSeq uint64
 
+	observations *observations
+
 	heartbeats *heartbeater
 	monitor    *monitor
 	callbacks  *callbackPool
@@ -149,6 +151,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		closeDone: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.observations = newObservations(o.MaxObservations)
 	c.callbacks = newCallbackPool(c)
 	c.heartbeats = newHeartbeater(c)
 	c.monitor = newMonitor(c)

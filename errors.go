@@ -42,6 +42,8 @@ const (
 	// CodeLockRecovered: a lock that was in danger was heartbeated again
 	// before anyone took it over. It is an event code for callbacks only.
 	CodeLockRecovered Code = "LOCK_RECOVERED"
+	// CodeLockHeld: TryAcquireLock found the lock held by someone else.
+	CodeLockHeld Code = "LOCK_HELD"
 	// CodeLockNotFound: no lock item exists for the key.
 	CodeLockNotFound Code = "LOCK_NOT_FOUND"
 	// CodeInvalidItem: an item in the table is not a lock item this
@@ -133,6 +135,7 @@ var (
 	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}
 	ErrLockReleased    = &Error{Code: CodeLockReleased}
 	ErrLockRecovered   = &Error{Code: CodeLockRecovered}
+	ErrLockHeld        = &Error{Code: CodeLockHeld}
 	ErrLockNotFound    = &Error{Code: CodeLockNotFound}
 	ErrInvalidItem     = &Error{Code: CodeInvalidItem}
 	ErrTableNotFound   = &Error{Code: CodeTableNotFound}

@@ -90,6 +90,7 @@ func (h *heartbeater) round(ctx context.Context, locks []*Lock) bool {
 	end := start + period
 	if over := clk.Monotonic() - end; over > period/10 {
 		h.c.stats.lateRounds.Add(1)
+		h.c.opts.Metrics.HeartbeatRoundLate(over, len(locks))
 		h.c.log.Warn("ddblock: heartbeat round overran its period",
 			"locks", len(locks), "period", period, "overrun", over)
 		return ctx.Err() == nil
@@ -149,23 +150,29 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
 	newRVN := newRecordVersionNumber()
-	expiry := c.clock.Now().Add(c.opts.ExpiryPeriod)
+	now := c.clock.Now()
+	expiry := now.Add(c.opts.ExpiryPeriod)
+	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
+	names := map[string]string{nameRVN: attrRVN, nameTTL: c.opts.TTLAttributeName}
+	values := map[string]types.AttributeValue{
+		valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
+		valueNew: &types.AttributeValueMemberS{Value: newRVN},
+		valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(expiry)},
+	}
+	if c.opts.MaxClockSkew > 0 {
+		update += ", " + nameStamp + " = " + valueStamp
+		names[nameStamp] = attrHeartbeatTime
+		values[valueStamp] = &types.AttributeValueMemberN{Value: formatEpochMillis(now)}
+	}
 	sent := c.clock.Monotonic()
 	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(l.pk, l.sk),
-		UpdateExpression:    aws.String("SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL),
-		ConditionExpression: aws.String(condOwned),
-		ExpressionAttributeNames: map[string]string{
-			nameRVN: attrRVN,
-			nameTTL: c.opts.TTLAttributeName,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
-			valueNew: &types.AttributeValueMemberS{Value: newRVN},
-			valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(expiry)},
-		},
-	})
+		TableName:                 aws.String(c.opts.TableName),
+		Key:                       c.codec.key(l.pk, l.sk),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(condOwned),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}, c.throttleWatch("UpdateItem")...)
 	stolen := false
 	if err != nil && isConditionFailed(err) {
 		// Either someone took the lock, or this very write landed and its
@@ -185,6 +192,7 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hbDone = nil
+	c.opts.Metrics.HeartbeatFinished(sent-l.lastHeartbeat, l.lease, err)
 	switch {
 	case err == nil:
 		c.stats.heartbeatsSent.Add(1)
@@ -193,6 +201,7 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 			l.status = StatusLocked
 			l.inDanger = false
 			c.stats.recovered.Add(1)
+			c.opts.Metrics.LockRecovered()
 			c.callbacks.enqueue(l, CodeLockRecovered)
 			c.log.Info("ddblock: lock recovered from danger", "key", l.pk, "sort_key", l.sk)
 		}
@@ -205,6 +214,7 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 		l.finishLocked(l.lockError(CodeLockStolen, "another client took the lock", err))
 		c.unregister(l)
 		c.stats.stolen.Add(1)
+		c.opts.Metrics.LockStolen()
 		c.callbacks.enqueue(l, CodeLockStolen)
 		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk)
 	default:

@@ -21,7 +21,7 @@ func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error)
 		TableName:      aws.String(c.opts.TableName),
 		Key:            c.codec.key(pk, sk),
 		ConsistentRead: aws.Bool(true),
-	})
+	}, c.throttleWatch("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -32,31 +32,46 @@ func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error)
 }
 
 // GetLock reads the lock on (partitionKey, sortKey) from the table,
-// whoever holds it: Python's BaseDynamoDBLock. It returns an error of
-// CodeLockNotFound when there is no such lock, CodeInvalidItem when the
-// item is not a lock item, and CodeTableNotFound or CodeUnknown when the
-// read fails.
+// whoever holds it: Python's BaseDynamoDBLock. An empty sortKey means
+// the default, "-". It returns an error of CodeLockNotFound when there is
+// no such lock (an item kept after its release counts as none; the error
+// then also matches ErrLockReleased), CodeInvalidItem when the item is
+// not a lock item, and CodeTableNotFound, CodeTableMismatch or
+// CodeUnknown when the read fails.
 //
 // A lock item says who wrote it last, not that its holder is alive: a
 // crashed holder's item stays until someone takes it over.
 func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*LockInfo, error) {
-	if sortKey == "" {
-		sortKey = DefaultSortKey
-	}
+	sortKey = c.defaultSortKey(sortKey)
 	info, err := c.readItem(ctx, partitionKey, sortKey)
-	if err != nil {
+	var lerr *Error
+	switch {
+	case errors.As(err, &lerr):
+		return nil, lerr
+	case err != nil:
 		return nil, c.tableError(err, "reading the lock", partitionKey, sortKey)
-	}
-	if info == nil {
+	case info == nil:
 		return nil, &Error{Code: CodeLockNotFound, Message: "no lock item", PartitionKey: partitionKey, SortKey: sortKey}
+	case info.Released:
+		return nil, &Error{Code: CodeLockNotFound, Message: "the lock was released", PartitionKey: partitionKey, SortKey: sortKey,
+			Err: &Error{Code: CodeLockReleased, Message: fmt.Sprintf("kept after release; fencing token %d", info.FencingToken)}}
 	}
 	return info, nil
 }
 
-// ListLocks returns every lock item in the table, one page of a
-// strongly consistent Scan at a time. An item that is not a lock item
-// yields a CodeInvalidItem error and the listing goes on; a failed call
-// yields its error and ends the listing.
+// defaultSortKey turns an empty sort key into the client's default.
+func (c *Client) defaultSortKey(sk string) string {
+	if sk == "" && !c.opts.PartitionKeyOnly {
+		return DefaultSortKey
+	}
+	return sk
+}
+
+// ListLocks returns every lock in the table, one page of a strongly
+// consistent Scan at a time; items kept after their release are left
+// out. An item that is not a lock item yields a CodeInvalidItem error and
+// the listing goes on; a failed call yields its error and ends the
+// listing.
 //
 //	for info, err := range client.ListLocks(ctx) { … }
 func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
@@ -116,6 +131,9 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 			}
 			for _, item := range page.items {
 				info, err := c.codec.decode(item)
+				if err == nil && info.Released {
+					continue
+				}
 				if !yield(info, err) {
 					return
 				}

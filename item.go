@@ -17,22 +17,43 @@ const (
 	attrRVN           = "record_version_number"
 )
 
+// ddblock's own attributes, written only by the opt-in features that need
+// them; python_dynamodb_lock keeps them through its heartbeats and drops
+// them when it overwrites the item (see doc/migrating-from-python.md).
+const (
+	// attrFencingToken: the number of acquisitions of this key (N).
+	attrFencingToken = "fencing_token"
+	// attrReleased: true on an item kept after its release (BOOL).
+	attrReleased = "released"
+	// attrHeartbeatTime: the holder's wall clock at its last write, in
+	// epoch milliseconds (N).
+	attrHeartbeatTime = "heartbeat_time_ms"
+)
+
 func isLockAttribute(name string) bool {
-	return name == attrOwnerName || name == attrLeaseDuration || name == attrRVN
+	switch name {
+	case attrOwnerName, attrLeaseDuration, attrRVN, attrFencingToken, attrReleased, attrHeartbeatTime:
+		return true
+	}
+	return false
 }
 
 // Expression attribute names shared by every request, so that no user
 // setting can collide with a DynamoDB reserved word.
 const (
-	namePK    = "#pk"
-	nameSK    = "#sk"
-	nameRVN   = "#rvn"
-	nameTTL   = "#ttl"
-	valueRVN  = ":rvn"
-	valueNew  = ":new"
-	valueTTL  = ":ttl"
-	condNew   = "attribute_not_exists(" + namePK + ")"
-	condOwned = nameRVN + " = " + valueRVN
+	namePK     = "#pk"
+	nameSK     = "#sk"
+	nameRVN    = "#rvn"
+	nameTTL    = "#ttl"
+	valueRVN   = ":rvn"
+	valueNew   = ":new"
+	valueTTL   = ":ttl"
+	nameStamp  = "#hbt"
+	valueStamp = ":hbt"
+	nameRel    = "#rel"
+	valueRel   = ":rel"
+	condNew    = "attribute_not_exists(" + namePK + ")"
+	condOwned  = nameRVN + " = " + valueRVN
 )
 
 // LockInfo is a lock as stored in the table, whoever holds it: what
@@ -52,6 +73,15 @@ type LockInfo struct {
 	ExpiryTime time.Time
 	// AdditionalAttributes are the application's data stored with the lock.
 	AdditionalAttributes map[string]types.AttributeValue
+	// FencingToken is the number of acquisitions of the key that wrote
+	// it, or 0 when the item carries none (see [Options.FencingTokens]).
+	FencingToken int64
+	// Released is true for an item kept after its release (see
+	// [Options.KeepReleasedItems]): nobody holds it.
+	Released bool
+	// HeartbeatTime is the holder's wall clock at its last write, when
+	// the holder stamps it (see [Options.MaxClockSkew]); zero otherwise.
+	HeartbeatTime time.Time
 }
 
 // ID returns Python's unique identifier of a lock:
@@ -120,10 +150,15 @@ type itemCodec struct {
 }
 
 func (c itemCodec) reserved(name string) bool {
-	return name == c.pk || name == c.sk || name == c.ttl || isLockAttribute(name)
+	return name == c.pk || (name == c.sk && c.sk != "") || name == c.ttl || isLockAttribute(name)
 }
 
+// key returns the item's primary key; a codec with no sort key name is
+// for a table keyed by the partition key alone.
 func (c itemCodec) key(pk, sk string) map[string]types.AttributeValue {
+	if c.sk == "" {
+		return map[string]types.AttributeValue{c.pk: &types.AttributeValueMemberS{Value: pk}}
+	}
 	return map[string]types.AttributeValue{
 		c.pk: &types.AttributeValueMemberS{Value: pk},
 		c.sk: &types.AttributeValueMemberS{Value: sk},
@@ -138,12 +173,19 @@ func (c itemCodec) encode(info *LockInfo) map[string]types.AttributeValue {
 	for k, v := range info.AdditionalAttributes {
 		item[k] = v
 	}
-	item[c.pk] = &types.AttributeValueMemberS{Value: info.PartitionKey}
-	item[c.sk] = &types.AttributeValueMemberS{Value: info.SortKey}
+	for k, v := range c.key(info.PartitionKey, info.SortKey) {
+		item[k] = v
+	}
 	item[attrOwnerName] = &types.AttributeValueMemberS{Value: info.OwnerName}
 	item[attrLeaseDuration] = &types.AttributeValueMemberN{Value: formatLease(info.LeaseDuration)}
 	item[attrRVN] = &types.AttributeValueMemberS{Value: info.RecordVersionNumber}
-	item[c.ttl] = &types.AttributeValueMemberN{Value: strconv.FormatInt(info.ExpiryTime.Unix(), 10)}
+	item[c.ttl] = &types.AttributeValueMemberN{Value: formatEpoch(info.ExpiryTime)}
+	if info.FencingToken > 0 {
+		item[attrFencingToken] = &types.AttributeValueMemberN{Value: strconv.FormatInt(info.FencingToken, 10)}
+	}
+	if !info.HeartbeatTime.IsZero() {
+		item[attrHeartbeatTime] = &types.AttributeValueMemberN{Value: formatEpochMillis(info.HeartbeatTime)}
+	}
 	return item
 }
 
@@ -175,6 +217,9 @@ func (c itemCodec) decode(item map[string]types.AttributeValue) (*LockInfo, erro
 		{attrOwnerName, &info.OwnerName},
 		{attrRVN, &info.RecordVersionNumber},
 	} {
+		if f.name == "" {
+			continue // no sort key
+		}
 		if err := str(f.name, f.dst); err != nil {
 			return nil, err
 		}
@@ -197,6 +242,33 @@ func (c itemCodec) decode(item map[string]types.AttributeValue) (*LockInfo, erro
 		if info.ExpiryTime, ok = parseEpochSeconds(expiry); !ok {
 			return nil, c.invalid(item, c.ttl, "not epoch seconds: "+truncate(expiry, 64))
 		}
+	}
+	if _, present := item[attrFencingToken]; present {
+		token, err := num(attrFencingToken)
+		if err != nil {
+			return nil, err
+		}
+		if info.FencingToken, err = strconv.ParseInt(strings.TrimSpace(token), 10, 64); err != nil || info.FencingToken < 0 {
+			return nil, c.invalid(item, attrFencingToken, "not a whole number of acquisitions: "+truncate(token, 64))
+		}
+	}
+	if v, present := item[attrReleased]; present {
+		b, ok := v.(*types.AttributeValueMemberBOOL)
+		if !ok {
+			return nil, c.invalid(item, attrReleased, "not a boolean")
+		}
+		info.Released = b.Value
+	}
+	if _, present := item[attrHeartbeatTime]; present {
+		ms, err := num(attrHeartbeatTime)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(ms), 10, 64)
+		if err != nil || n < 0 || n > 1e14 {
+			return nil, c.invalid(item, attrHeartbeatTime, "not epoch milliseconds: "+truncate(ms, 64))
+		}
+		info.HeartbeatTime = time.UnixMilli(n)
 	}
 	for k, v := range item {
 		if c.reserved(k) {
@@ -229,3 +301,5 @@ func truncate(s string, n int) string {
 }
 
 func formatEpoch(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+
+func formatEpochMillis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

@@ -45,14 +45,16 @@ type Callback func(code Code, lock *Lock)
 // Work done under a lock must stop when [Lock.Done] is closed: the lock
 // was released, stolen, went into danger, or the client was closed.
 type Lock struct {
-	client   *Client
-	id       string
-	seq      uint64 // acquisition order, for a stable heartbeat order
-	pk, sk   string
-	owner    string
-	lease    time.Duration
-	attrs    map[string]types.AttributeValue
-	callback Callback
+	client    *Client
+	id        string
+	seq       uint64 // acquisition order, for a stable heartbeat order
+	pk, sk    string
+	owner     string
+	lease     time.Duration
+	attrs     map[string]types.AttributeValue
+	token     int64
+	takenFrom *LockInfo
+	callback  Callback
 
 	mu            sync.Mutex
 	status        Status
@@ -85,6 +87,22 @@ func (l *Lock) OwnerName() string { return l.owner }
 
 // LeaseDuration returns the lease written in the item.
 func (l *Lock) LeaseDuration() time.Duration { return l.lease }
+
+// FencingToken returns the lock's fencing token: a number greater than
+// that of every earlier acquisition of the key, written in the same
+// conditional write that granted the lock. Hand it to the resource the
+// lock protects, which remembers the largest token it has seen and
+// refuses requests with a smaller one: a holder that was paused past its
+// lease and does not know it yet is then turned away. It is 0 unless the
+// client has [Options.FencingTokens] or the key's item already counted.
+func (l *Lock) FencingToken() int64 { return l.token }
+
+// TakenOverFrom returns the lock item this lock replaced when it was
+// taken from a holder presumed dead (its lease ran out unrefreshed, or
+// its wall-clock stamp was stale), so the caller can run recovery for
+// the work that holder may have left half done. It returns nil when the
+// lock was free or released.
+func (l *Lock) TakenOverFrom() *LockInfo { return l.takenFrom }
 
 // AdditionalAttributes returns a copy of the application's attributes
 // stored with the lock.
@@ -219,6 +237,7 @@ func (l *Lock) checkDangerLocked(now time.Duration) bool {
 	l.inDanger = true
 	l.finishLocked(l.lockError(CodeLockInDanger, "no successful heartbeat within the safe period", nil))
 	l.client.stats.inDanger.Add(1)
+	l.client.opts.Metrics.LockInDanger()
 	l.client.callbacks.enqueue(l, CodeLockInDanger)
 	l.client.log.Warn("ddblock: lock in danger", "key", l.pk, "sort_key", l.sk,
 		"since_heartbeat", now-l.lastHeartbeat, "safe_period", l.client.opts.SafePeriod)

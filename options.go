@@ -55,8 +55,12 @@ type Options struct {
 	// type S. Default "lock_key".
 	PartitionKeyName string
 	// SortKeyName is the table's sort (RANGE) key attribute, of type S.
-	// Default "sort_key".
+	// Default "sort_key". Empty only with PartitionKeyOnly.
 	SortKeyName string
+	// PartitionKeyOnly is for a table keyed by the partition key alone,
+	// as the Java, Node and Go peers allow. Locks then have no sort key.
+	// Default false: Python always uses a sort key.
+	PartitionKeyOnly bool
 	// TTLAttributeName is the attribute holding the epoch-seconds time
 	// after which DynamoDB may delete an abandoned item. Default
 	// "expiry_time".
@@ -91,6 +95,34 @@ type Options struct {
 	// CallbackWorkers is the number of goroutines that run callbacks.
 	// Default 5.
 	CallbackWorkers int
+	// FencingTokens makes every acquisition write a fencing token: a
+	// number greater than that of every earlier acquisition of the key,
+	// in the same conditional write that grants the lock (see
+	// [Lock.FencingToken]). It turns on KeepReleasedItems, so that the
+	// count survives releases. Default false.
+	FencingTokens bool
+	// KeepReleasedItems makes a release mark the item released instead of
+	// deleting it (the Java client's "delete on release = false"). Any
+	// ddblock client may take a released item at once; a Python client
+	// waits a lease first. DynamoDB's TTL removes it eventually. Default
+	// false, as Python; an item that carries a fencing token is kept
+	// whatever this says, so that no client breaks the count.
+	KeepReleasedItems bool
+	// MaxClockSkew, when positive, turns on fast takeover: this client
+	// stamps its wall clock into the items it writes, and takes over an
+	// item whose stamp plus lease plus MaxClockSkew has passed by its own
+	// wall clock, without first watching it for a whole lease. Safe only
+	// if no two hosts' clocks differ by more than MaxClockSkew. Items
+	// without a stamp (Python's, or from clients without this option) are
+	// still timed by watching their version number. Default 0: off.
+	MaxClockSkew time.Duration
+	// MaxObservations bounds how many held-by-others locks the client
+	// remembers between calls (the version number seen and when), so that
+	// a later AcquireLock or TryAcquireLock can take over a stale lock
+	// without watching it anew. Default 10,000.
+	MaxObservations int
+	// Metrics receives measurements; see [Metrics]. Default: none.
+	Metrics Metrics
 	// Logger receives the client's log records. Default slog.Default().
 	Logger *slog.Logger
 	// Clock is the source of time. Default: the system clock. Tests inject
@@ -152,6 +184,32 @@ func WithHeartbeatTimeout(d time.Duration) Option {
 // WithCallbackWorkers sets [Options.CallbackWorkers].
 func WithCallbackWorkers(n int) Option { return func(o *Options) { o.CallbackWorkers = n } }
 
+// WithPartitionKeyOnly sets [Options.PartitionKeyOnly], for a table
+// without a sort key.
+func WithPartitionKeyOnly() Option {
+	return func(o *Options) { o.PartitionKeyOnly, o.SortKeyName = true, "" }
+}
+
+// WithFencingTokens sets [Options.FencingTokens] (and with it
+// [Options.KeepReleasedItems]).
+func WithFencingTokens() Option {
+	return func(o *Options) { o.FencingTokens, o.KeepReleasedItems = true, true }
+}
+
+// WithKeepReleasedItems sets [Options.KeepReleasedItems].
+func WithKeepReleasedItems(keep bool) Option {
+	return func(o *Options) { o.KeepReleasedItems = keep }
+}
+
+// WithMaxClockSkew sets [Options.MaxClockSkew].
+func WithMaxClockSkew(d time.Duration) Option { return func(o *Options) { o.MaxClockSkew = d } }
+
+// WithMaxObservations sets [Options.MaxObservations].
+func WithMaxObservations(n int) Option { return func(o *Options) { o.MaxObservations = n } }
+
+// WithMetrics sets [Options.Metrics].
+func WithMetrics(m Metrics) Option { return func(o *Options) { o.Metrics = m } }
+
 // WithLogger sets [Options.Logger].
 func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
 
@@ -171,8 +229,13 @@ func defaultOptions() Options {
 		HeartbeatTPS:         DefaultHeartbeatTPS,
 		HeartbeatConcurrency: DefaultHeartbeatConcurrency,
 		CallbackWorkers:      DefaultCallbackWorkers,
+		MaxObservations:      DefaultMaxObservations,
 	}
 }
+
+// DefaultMaxObservations bounds the remembered observations of locks held
+// by others.
+const DefaultMaxObservations = 10000
 
 // resolve checks the settings as a whole, reporting every problem at
 // once, then fills what is derived from other settings.
@@ -192,6 +255,9 @@ func (o *Options) resolve() error {
 	if o.Clock == nil {
 		o.Clock = clock.NewSystem()
 	}
+	if o.Metrics == nil {
+		o.Metrics = NoMetrics{}
+	}
 	return nil
 }
 
@@ -208,6 +274,9 @@ func (o *Options) problems() []error {
 		{"TTLAttributeName", o.TTLAttributeName},
 	} {
 		if n.value == "" {
+			if n.setting == "SortKeyName" && o.PartitionKeyOnly {
+				continue
+			}
 			bad(n.setting, "must not be empty")
 		} else if len(n.value) > maxNameLen {
 			bad(n.setting, "longer than DynamoDB's %d bytes", maxNameLen)
@@ -266,6 +335,18 @@ func (o *Options) problems() []error {
 	}
 	if o.CallbackWorkers <= 0 {
 		bad("CallbackWorkers", "must be positive, got %d", o.CallbackWorkers)
+	}
+	if o.PartitionKeyOnly && o.SortKeyName != "" {
+		bad("SortKeyName", "must be empty for a table keyed by the partition key alone, got %q", o.SortKeyName)
+	}
+	if o.MaxClockSkew < 0 {
+		bad("MaxClockSkew", "must not be negative, got %v", o.MaxClockSkew)
+	}
+	if o.MaxObservations <= 0 {
+		bad("MaxObservations", "must be positive, got %d", o.MaxObservations)
+	}
+	if o.FencingTokens && !o.KeepReleasedItems {
+		bad("KeepReleasedItems", "fencing tokens need released items kept, or the count restarts after every release")
 	}
 	return errs
 }
@@ -326,7 +407,8 @@ func newRecordVersionNumber() string {
 
 // AcquireOptions are the settings of one [Client.AcquireLock] call.
 type AcquireOptions struct {
-	// SortKey is the lock's sort key. Default "-".
+	// SortKey is the lock's sort key. Default "-"; must be empty on a
+	// client with PartitionKeyOnly.
 	SortKey string
 	// RetryPeriod is how long to wait between attempts while the lock is
 	// held by someone else. Default: the client's heartbeat period.

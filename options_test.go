@@ -69,6 +69,10 @@ func TestNewRefusesSettingsThatCannotWork(t *testing.T) {
 		{"CallbackWorkers", ddblock.WithCallbackWorkers(0)},
 		{"HeartbeatConcurrency", ddblock.WithHeartbeatConcurrency(-1)},
 		{"HeartbeatTimeout", ddblock.WithHeartbeatTimeout(-time.Second)},
+		{"MaxClockSkew", ddblock.WithMaxClockSkew(-time.Second)},
+		{"MaxObservations", ddblock.WithMaxObservations(0)},
+		{"KeepReleasedItems", func(o *ddblock.Options) { o.FencingTokens, o.KeepReleasedItems = true, false }},
+		{"SortKeyName", func(o *ddblock.Options) { o.PartitionKeyOnly = true }},
 	} {
 		t.Run(tc.setting, func(t *testing.T) {
 			c, err := ddblock.New(ddb, tc.opt)

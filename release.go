@@ -68,7 +68,7 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	l.mu.Lock()
 	rvn := l.rvn
 	l.mu.Unlock()
-	err := c.deleteItem(ctx, l.pk, l.sk, rvn)
+	err := c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
 	switch {
 	case err == nil:
 		return nil
@@ -128,6 +128,31 @@ func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx 
 	return err
 }
 
+// giveBack ends a lock item's tenure, on the condition that it still
+// carries rvn: it deletes the item, or, with KeepReleasedItems or when the
+// item carries a fencing token (counted), marks it released so that its
+// count lives on, refreshing its TTL so that DynamoDB removes it in time.
+func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool) error {
+	if !c.opts.KeepReleasedItems && !counted {
+		return c.deleteItem(ctx, pk, sk, rvn)
+	}
+	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(c.opts.TableName),
+		Key:                 c.codec.key(pk, sk),
+		UpdateExpression:    aws.String("SET " + nameRel + " = " + valueRel + ", " + nameTTL + " = " + valueTTL),
+		ConditionExpression: aws.String(condOwned),
+		ExpressionAttributeNames: map[string]string{
+			nameRVN: attrRVN, nameRel: attrReleased, nameTTL: c.opts.TTLAttributeName,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			valueRVN: &types.AttributeValueMemberS{Value: rvn},
+			valueRel: &types.AttributeValueMemberBOOL{Value: true},
+			valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(c.clock.Now().Add(c.opts.ExpiryPeriod))},
+		},
+	}, c.throttleWatch("UpdateItem")...)
+	return err
+}
+
 func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
 	_, err := c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                aws.String(c.opts.TableName),
@@ -137,7 +162,7 @@ func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			valueRVN: &types.AttributeValueMemberS{Value: rvn},
 		},
-	})
+	}, c.throttleWatch("DeleteItem")...)
 	return err
 }
 
@@ -152,7 +177,8 @@ func isTableNotFound(err error) bool {
 }
 
 // ForceRelease deletes the lock item on (partitionKey, sortKey) whoever
-// holds it: an operator's removal of a stuck lock. It is guarded: the
+// holds it (or, with KeepReleasedItems, marks it released): an
+// operator's removal of a stuck lock. It is guarded: the
 // delete happens only if the item still carries recordVersionNumber, the
 // number the operator saw (from [Client.GetLock]), so a lock that changed
 // hands or was heartbeated since is left alone (CodeLockStolen). It
@@ -160,18 +186,21 @@ func isTableNotFound(err error) bool {
 //
 // The holder, if alive, learns of it at its next heartbeat (LOCK_STOLEN).
 func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, recordVersionNumber string) error {
-	if sortKey == "" {
-		sortKey = DefaultSortKey
-	}
+	sortKey = c.defaultSortKey(sortKey)
 	if recordVersionNumber == "" {
 		return invalidArg("RecordVersionNumber", "must name the version to delete")
 	}
-	err := c.deleteItem(ctx, partitionKey, sortKey, recordVersionNumber)
+	// An item that counts acquisitions is kept, so the count goes on.
+	counted := false
+	if info, err := c.readItem(ctx, partitionKey, sortKey); err == nil && info != nil {
+		counted = info.FencingToken > 0
+	}
+	err := c.giveBack(ctx, partitionKey, sortKey, recordVersionNumber, counted)
 	switch {
 	case err == nil:
 		return nil
 	case isConditionFailed(err):
-		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) {
+		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) || errors.Is(gerr, ErrLockReleased) {
 			return gerr
 		}
 		return &Error{Code: CodeLockStolen, Message: "the lock's version number is no longer " + recordVersionNumber,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +18,7 @@ type TableAPI interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+	DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
 }
 
 var _ TableAPI = (*dynamodb.Client)(nil)
@@ -27,6 +29,9 @@ type TableOptions struct {
 	// TableName, PartitionKeyName, SortKeyName and TTLAttributeName
 	// default as in [Options].
 	TableName, PartitionKeyName, SortKeyName, TTLAttributeName string
+	// PartitionKeyOnly makes a table without a sort key (see
+	// [Options.PartitionKeyOnly]); SortKeyName is then ignored.
+	PartitionKeyOnly bool
 	// ReadCapacity and WriteCapacity are the provisioned throughput.
 	// Default 5 and 5.
 	ReadCapacity, WriteCapacity int64
@@ -45,8 +50,8 @@ type TableOption func(*TableOptions)
 // names from a client's options, so the table matches the client.
 func WithTableNames(o Options) TableOption {
 	return func(t *TableOptions) {
-		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName =
-			o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName
+		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
+			o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
 	}
 }
 
@@ -79,8 +84,11 @@ func defaultTableOptions() TableOptions {
 func (t *TableOptions) check() error {
 	var errs []error
 	o := defaultOptions()
-	o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName =
-		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName
+	o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly =
+		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly
+	if t.PartitionKeyOnly {
+		o.SortKeyName = ""
+	}
 	errs = append(errs, o.problems()...)
 	if !t.OnDemand && (t.ReadCapacity <= 0 || t.WriteCapacity <= 0) {
 		errs = append(errs, invalidArg("Capacity", fmt.Sprintf("read and write capacity must be positive, got %d/%d", t.ReadCapacity, t.WriteCapacity)))
@@ -114,6 +122,16 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	if api == nil {
 		return invalidArg("TableAPI", "must not be nil")
 	}
+	if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
+		return &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
+	}
+	if err := waitActive(ctx, api, t); err != nil {
+		return err
+	}
+	return enableTTL(ctx, api, t)
+}
+
+func (t TableOptions) createInput() *dynamodb.CreateTableInput {
 	in := &dynamodb.CreateTableInput{
 		TableName: aws.String(t.TableName),
 		KeySchema: []types.KeySchemaElement{
@@ -125,6 +143,9 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 			{AttributeName: aws.String(t.SortKeyName), AttributeType: types.ScalarAttributeTypeS},
 		},
 	}
+	if t.PartitionKeyOnly {
+		in.KeySchema, in.AttributeDefinitions = in.KeySchema[:1], in.AttributeDefinitions[:1]
+	}
 	if t.OnDemand {
 		in.BillingMode = types.BillingModePayPerRequest
 	} else {
@@ -134,13 +155,7 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 			WriteCapacityUnits: aws.Int64(t.WriteCapacity),
 		}
 	}
-	if _, err := api.CreateTable(ctx, in); err != nil {
-		return &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
-	}
-	if err := waitActive(ctx, api, t); err != nil {
-		return err
-	}
-	return enableTTL(ctx, api, t)
+	return in
 }
 
 // enableTTL turns on TTL and waits for the table to be ACTIVE again.
@@ -196,4 +211,127 @@ func isUnsupportedOperation(err error) bool {
 		return true
 	}
 	return false
+}
+
+// TableReport says what [EnsureTable] found and did.
+type TableReport struct {
+	// Created is true when the table did not exist and was created.
+	Created bool
+	// TTLEnabled is true when TTL is on, on the TTL attribute.
+	TTLEnabled bool
+	// TTLUnsupported is true when the server does not implement TTL
+	// (some emulators): the table works, but DynamoDB will not delete
+	// abandoned lock items.
+	TTLUnsupported bool
+}
+
+// EnsureTable makes sure the lock table is there and fits: it describes
+// the table, creates it if it is missing (on demand by default, unlike
+// CreateTable), waits for ACTIVE, enables TTL where the server can, and
+// checks that an existing table's key schema and key types are the ones
+// the options name. A table that differs gives an error of
+// CodeTableMismatch saying what differs. It is idempotent: run it at
+// every start.
+func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
+	t := defaultTableOptions()
+	t.OnDemand = true
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&t)
+		}
+	}
+	var report TableReport
+	if err := t.check(); err != nil {
+		return report, err
+	}
+	if api == nil {
+		return report, invalidArg("TableAPI", "must not be nil")
+	}
+	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+	switch {
+	case isTableNotFound(err):
+		if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
+			var inUse *types.ResourceInUseException
+			if !errors.As(err, &inUse) { // created meanwhile by someone else: fine
+				return report, &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
+			}
+		} else {
+			report.Created = true
+		}
+	case err != nil:
+		return report, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+	default:
+		if err := t.matches(out.Table); err != nil {
+			return report, err
+		}
+	}
+	if err := waitActive(ctx, api, t); err != nil {
+		return report, err
+	}
+	ttl, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(t.TableName)})
+	switch {
+	case err != nil && isUnsupportedOperation(err):
+		report.TTLUnsupported = true
+		return report, nil
+	case err != nil:
+		return report, &Error{Code: CodeUnknown, Message: "describing TTL of table " + t.TableName, Err: err}
+	}
+	if d := ttl.TimeToLiveDescription; d != nil && d.AttributeName != nil && *d.AttributeName != t.TTLAttributeName &&
+		(d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling) {
+		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf("table %s has TTL on %q, not on %q",
+			t.TableName, *d.AttributeName, t.TTLAttributeName)}
+	}
+	if d := ttl.TimeToLiveDescription; d != nil && (d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling) {
+		report.TTLEnabled = true
+		return report, nil
+	}
+	switch err := enableTTL(ctx, api, t); {
+	case errors.Is(err, ErrTTLUnsupported):
+		report.TTLUnsupported = true
+	case err != nil:
+		return report, err
+	default:
+		report.TTLEnabled = true
+	}
+	return report, nil
+}
+
+// matches checks an existing table's keys against the options.
+func (t TableOptions) matches(table *types.TableDescription) error {
+	if table == nil {
+		return &Error{Code: CodeUnknown, Message: "DescribeTable returned no table " + t.TableName}
+	}
+	keyTypes := map[string]types.ScalarAttributeType{}
+	for _, d := range table.AttributeDefinitions {
+		keyTypes[aws.ToString(d.AttributeName)] = d.AttributeType
+	}
+	var hash, rng string
+	for _, k := range table.KeySchema {
+		switch k.KeyType {
+		case types.KeyTypeHash:
+			hash = aws.ToString(k.AttributeName)
+		case types.KeyTypeRange:
+			rng = aws.ToString(k.AttributeName)
+		}
+	}
+	var diffs []string
+	if hash != t.PartitionKeyName {
+		diffs = append(diffs, fmt.Sprintf("partition key is %q, want %q", hash, t.PartitionKeyName))
+	} else if ty := keyTypes[hash]; ty != types.ScalarAttributeTypeS {
+		diffs = append(diffs, fmt.Sprintf("partition key %q is of type %s, want S", hash, ty))
+	}
+	switch {
+	case t.PartitionKeyOnly && rng != "":
+		diffs = append(diffs, fmt.Sprintf("has sort key %q, want none", rng))
+	case !t.PartitionKeyOnly && rng == "":
+		diffs = append(diffs, fmt.Sprintf("has no sort key, want %q (or use PartitionKeyOnly)", t.SortKeyName))
+	case !t.PartitionKeyOnly && rng != t.SortKeyName:
+		diffs = append(diffs, fmt.Sprintf("sort key is %q, want %q", rng, t.SortKeyName))
+	case !t.PartitionKeyOnly && keyTypes[rng] != types.ScalarAttributeTypeS:
+		diffs = append(diffs, fmt.Sprintf("sort key %q is of type %s, want S", rng, keyTypes[rng]))
+	}
+	if len(diffs) > 0 {
+		return &Error{Code: CodeTableMismatch, Message: "table " + t.TableName + ": " + strings.Join(diffs, "; ")}
+	}
+	return nil
 }

@@ -1,0 +1,101 @@
+package ddblock
+
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// Metrics receives measurements of a client's work, to be wired to any
+// metrics system (doc/metrics.md shows Prometheus and OpenTelemetry).
+// Methods are called on the client's hot paths and from several
+// goroutines at once: they must be safe for concurrent use and quick.
+// Embed [NoMetrics] to implement only the methods you need.
+type Metrics interface {
+	// AcquireFinished reports an AcquireLock or TryAcquireLock call: how
+	// long it took, how many attempts it made, and its error (nil when
+	// the lock was acquired).
+	AcquireFinished(latency time.Duration, attempts int, err error)
+	// LockContended reports an attempt that found the lock held.
+	LockContended()
+	// LockTakenOver reports a lock taken from a holder presumed dead;
+	// fast is true when the holder's wall-clock stamp decided it (see
+	// Options.MaxClockSkew).
+	LockTakenOver(fast bool)
+	// HeartbeatFinished reports one heartbeat call: gap is the time since
+	// the lock's previous successful write, to be read against its lease;
+	// err is nil on success.
+	HeartbeatFinished(gap, lease time.Duration, err error)
+	// HeartbeatRoundLate reports a round that overran its period.
+	HeartbeatRoundLate(overrun time.Duration, locks int)
+	// LockInDanger, LockRecovered and LockStolen report those events.
+	LockInDanger()
+	LockRecovered()
+	LockStolen()
+	// CallThrottled reports a DynamoDB call attempt refused for
+	// throughput (ThrottlingException, ProvisionedThroughputExceeded…),
+	// retried or not. It is seen only through a *dynamodb.Client.
+	CallThrottled(operation string)
+}
+
+// NoMetrics discards every measurement. Embed it in a Metrics
+// implementation to implement only some methods.
+type NoMetrics struct{}
+
+// AcquireFinished does nothing.
+func (NoMetrics) AcquireFinished(time.Duration, int, error) {}
+
+// LockContended does nothing.
+func (NoMetrics) LockContended() {}
+
+// LockTakenOver does nothing.
+func (NoMetrics) LockTakenOver(bool) {}
+
+// HeartbeatFinished does nothing.
+func (NoMetrics) HeartbeatFinished(time.Duration, time.Duration, error) {}
+
+// HeartbeatRoundLate does nothing.
+func (NoMetrics) HeartbeatRoundLate(time.Duration, int) {}
+
+// LockInDanger does nothing.
+func (NoMetrics) LockInDanger() {}
+
+// LockRecovered does nothing.
+func (NoMetrics) LockRecovered() {}
+
+// LockStolen does nothing.
+func (NoMetrics) LockStolen() {}
+
+// CallThrottled does nothing.
+func (NoMetrics) CallThrottled(string) {}
+
+// throttleWatch returns per-call SDK options that report every throttled
+// attempt of operation to the client's metrics, by wrapping the SDK's
+// retryer, which sees each failed attempt.
+func (c *Client) throttleWatch(operation string) []func(*dynamodb.Options) {
+	if _, none := c.opts.Metrics.(NoMetrics); none {
+		return nil
+	}
+	return []func(*dynamodb.Options){func(o *dynamodb.Options) {
+		if o.Retryer != nil {
+			o.Retryer = throttleRetryer{Retryer: o.Retryer, op: operation, m: c.opts.Metrics}
+		}
+	}}
+}
+
+var throttles = retry.IsErrorThrottles(retry.DefaultThrottles)
+
+type throttleRetryer struct {
+	aws.Retryer
+	op string
+	m  Metrics
+}
+
+func (r throttleRetryer) IsErrorRetryable(err error) bool {
+	if throttles.IsErrorThrottle(err) == aws.TrueTernary {
+		r.m.CallThrottled(r.op)
+	}
+	return r.Retryer.IsErrorRetryable(err)
+}
