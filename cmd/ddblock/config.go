@@ -38,10 +38,10 @@ func (c *connFlags) register(f *cmdFlags) {
 	if table == "" {
 		table = ddblock.DefaultTableName
 	}
-	f.StringVar(&c.endpoint, "endpoint", "", "DynamoDB endpoint URL, such as http://127.0.0.1:8000 for a local server\n(default: the SDK's, which honours AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL)")
-	f.StringVar(&c.region, "region", "", "AWS region (default: the SDK's chain: AWS_REGION, the profile's region)")
-	f.StringVar(&c.profile, "profile", "", "shared config profile (default: AWS_PROFILE, or \"default\")")
-	f.StringVar(&c.table, "table", table, "lock table name (default from "+tableEnv+" when set)")
+	f.StringVar(&c.endpoint, "endpoint", "", "DynamoDB endpoint `URL`, such as http://127.0.0.1:8000 for a local server\n(default: the SDK's, which honours AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL)")
+	f.StringVar(&c.region, "region", "", "AWS `region` (default: the SDK's chain: AWS_REGION, the profile's region)")
+	f.StringVar(&c.profile, "profile", "", "shared config `profile` (default: AWS_PROFILE, or \"default\")")
+	f.StringVar(&c.table, "table", table, "lock `table` name; "+tableEnv+" sets the default")
 	f.StringVar(&c.pkName, "partition-key-name", ddblock.DefaultPartitionKeyName, "the table's partition key attribute")
 	f.StringVar(&c.skName, "sort-key-name", ddblock.DefaultSortKeyName, "the table's sort key attribute")
 	f.StringVar(&c.ttlName, "ttl-attribute-name", ddblock.DefaultTTLAttributeName, "the TTL attribute")
@@ -131,7 +131,8 @@ func libError(err error, table string) error {
 		return fail(exitUnavailable, "%v", err)
 	}
 	switch e.Code {
-	case ddblock.CodeInvalidArgument:
+	case ddblock.CodeInvalidArgument, ddblock.CodeTableMismatch:
+		// Settings that cannot work, or names that do not match the table.
 		return fail(exitUsage, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)

@@ -122,8 +122,8 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.DurationVar(&safe, "safe", 0, "how long without a successful heartbeat before the lock is in danger\nand the command is stopped (default lease*2/3)")
 	f.DurationVar(&r.wait, "wait", 0, "how long to wait for the lock; 0 tries once (default lease+heartbeat)")
 	f.DurationVar(&grace, "grace", 0, "after the lock is lost, how long between SIGTERM and SIGKILL\n(default half the time between --safe and --lease)")
-	f.StringVar(&owner, "owner", "", "owner name written in the lock (default: host name and a random suffix)")
-	f.Var(attrs, "attr", "additional attribute NAME=VALUE stored with the lock, as a string (repeatable)")
+	f.StringVar(&owner, "owner", "", "`owner` name written in the lock (default: host name and a random suffix)")
+	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
 		return err
