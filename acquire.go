@@ -249,11 +249,15 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	// The fencing token counts acquisitions of the key. It goes on even
 	// when this client does not ask for tokens, so that no client breaks
-	// another's count by overwriting the item.
-	if prior := a.seen; prior != nil && (prior.FencingToken > 0 || c.opts.FencingTokens) {
+	// another's count by overwriting the item. A count that has to start
+	// afresh (a new key, or an item whose count was lost to a Python
+	// client's overwrite or to TTL clean-up) starts at the wall clock in
+	// microseconds, above every token of an earlier count as long as the
+	// hosts' clocks agree to within the time the count was lost for.
+	if prior := a.seen; prior != nil && prior.FencingToken > 0 {
 		info.FencingToken = prior.FencingToken + 1
-	} else if prior == nil && c.opts.FencingTokens {
-		info.FencingToken = 1
+	} else if c.opts.FencingTokens {
+		info.FencingToken = max(now.UnixMicro(), 1)
 	}
 	var takenFrom *LockInfo
 	in := &dynamodb.PutItemInput{
