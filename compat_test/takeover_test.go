@@ -96,7 +96,7 @@ func startWaiter(t *testing.T, clk *stepClock, ddb *tapDDB, n names, pk, sk stri
 		w.res <- acquireResult{l, err}
 	}()
 	if w.settle() {
-		t.Fatalf("acquired at once: %v, %v; the fixture's holder was ignored", w.got.lock, w.got.err)
+		t.Fatalf("AcquireLock returned at once (lock %t, error %v); it must wait on the holder's item", w.got.lock != nil, w.got.err)
 	}
 	return w
 }
