@@ -20,14 +20,17 @@ const (
 // ddblock's own attributes, written only by the opt-in features that need
 // them; python_dynamodb_lock keeps them through its heartbeats and drops
 // them when it overwrites the item (see doc/migrating-from-python.md).
+// They carry a "ddblock_" prefix so that no Python application's
+// additional attribute is mistaken for one: Python gives every other name
+// to the application.
 const (
 	// attrFencingToken: the number of acquisitions of this key (N).
-	attrFencingToken = "fencing_token"
+	attrFencingToken = "ddblock_fencing_token"
 	// attrReleased: true on an item kept after its release (BOOL).
-	attrReleased = "released"
+	attrReleased = "ddblock_released"
 	// attrHeartbeatTime: the holder's wall clock at its last write, in
 	// epoch milliseconds (N).
-	attrHeartbeatTime = "heartbeat_time_ms"
+	attrHeartbeatTime = "ddblock_heartbeat_ms"
 )
 
 func isLockAttribute(name string) bool {
