@@ -32,7 +32,7 @@ func cmdCreateTable(ctx context.Context, env *environ, args []string) error {
 	f.Int64Var(&read, "read-capacity", 5, "provisioned read capacity units")
 	f.Int64Var(&write, "write-capacity", 5, "provisioned write capacity units")
 	f.DurationVar(&poll, "poll-interval", 2*time.Second, "how often to look whether the table is ACTIVE yet")
-	f.BoolVar(&ifNotExists, "if-not-exists", false, "succeed, changing nothing, when the table exists already")
+	f.BoolVar(&ifNotExists, "if-not-exists", false, "succeed when the table exists already with the same keys\n(then only TTL is enabled, if it is off)")
 	if _, _, err := f.parse(args, 0, false); err != nil {
 		return err
 	}
@@ -60,20 +60,32 @@ func cmdCreateTable(ctx context.Context, env *environ, args []string) error {
 		billing = fmt.Sprintf("provisioned %d read / %d write", read, write)
 	}
 	what := fmt.Sprintf("table %q (%s; keys %s, %s)", conn.table, billing, conn.pkName, conn.skName)
+	const noTTL = "the server cannot enable TTL, so expired lock items are not deleted automatically: the table is usable"
+	if ifNotExists {
+		// EnsureTable also checks that an existing table has our keys.
+		report, err := ddblock.EnsureTable(ctx, ddb, opts...)
+		switch {
+		case err != nil:
+			return libError(err, conn.table)
+		case report.Created && report.TTLUnsupported:
+			fmt.Fprintf(env.stdout, "created %s; %s\n", what, noTTL)
+		case report.Created:
+			fmt.Fprintf(env.stdout, "created %s with TTL on %s\n", what, conn.ttlName)
+		default:
+			fmt.Fprintf(env.stdout, "table %q exists already, with keys %s, %s\n", conn.table, conn.pkName, conn.skName)
+		}
+		return nil
+	}
 	err = ddblock.CreateTable(ctx, ddb, opts...)
 	switch {
 	case err == nil:
 		fmt.Fprintf(env.stdout, "created %s with TTL on %s\n", what, conn.ttlName)
 		return nil
 	case errors.Is(err, ddblock.ErrTTLUnsupported):
-		fmt.Fprintf(env.stdout, "created %s; the server cannot enable TTL, so expired lock items are not deleted automatically: the table is usable\n", what)
+		fmt.Fprintf(env.stdout, "created %s; %s\n", what, noTTL)
 		return nil
 	case isResourceInUse(err):
-		if ifNotExists {
-			fmt.Fprintf(env.stdout, "table %q exists already\n", conn.table)
-			return nil
-		}
-		return fail(exitUnavailable, "table %q exists already (--if-not-exists accepts that)", conn.table)
+		return fail(exitUnavailable, "table %q exists already (--if-not-exists accepts a table with the same keys)", conn.table)
 	default:
 		return libError(err, conn.table)
 	}

@@ -189,8 +189,19 @@ func TestCreateTable(t *testing.T) {
 		t.Errorf("create-table of an existing table: want exit %d: %v", exitUnavailable, r)
 	}
 	oneLineOn(t, r, "exists already")
-	if r := f.run("create-table", "--if-not-exists"); r.code != 0 || !strings.Contains(r.stdout, "exists already") {
+	if r := f.run("create-table", "--if-not-exists"); r.code != 0 || !strings.Contains(r.stdout, "exists already, with keys lock_key, sort_key") {
 		t.Errorf("create-table --if-not-exists: %v", r)
+	}
+	r = f.run("create-table", "--if-not-exists", "--sort-key-name", "other")
+	if r.code != exitUsage {
+		t.Errorf("create-table --if-not-exists on a table with other keys: want exit %d: %v", exitUsage, r)
+	}
+	oneLineOn(t, r, `sort key is "sort_key", want "other"`)
+
+	f.table += "_ensured"
+	r = f.run("create-table", "--if-not-exists", "--on-demand", "--poll-interval", "10ms")
+	if r.code != 0 || !strings.Contains(r.stdout, `created table "`+f.table+`"`) {
+		t.Errorf("create-table --if-not-exists of a new table: %v", r)
 	}
 
 	f.table += "_provisioned"

@@ -125,6 +125,12 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	fmt.Fprintf(tw, "lease\t%v\n", info.LeaseDuration)
 	fmt.Fprintf(tw, "record version number\t%s\n", info.RecordVersionNumber)
 	fmt.Fprintf(tw, "expires (TTL)\t%s\n", formatExpiry(info.ExpiryTime))
+	if info.FencingToken > 0 {
+		fmt.Fprintf(tw, "fencing token\t%d\n", info.FencingToken)
+	}
+	if !info.HeartbeatTime.IsZero() {
+		fmt.Fprintf(tw, "last heartbeat\t%s (holder's clock)\n", info.HeartbeatTime.UTC().Format(time.RFC3339Nano))
+	}
 	for _, name := range slices.Sorted(maps.Keys(info.AdditionalAttributes)) {
 		fmt.Fprintf(tw, "attribute %s\t%s\n", cell(name), attrText(info.AdditionalAttributes[name]))
 	}
@@ -139,8 +145,13 @@ type lockJSON struct {
 	LeaseSeconds        float64 `json:"lease_seconds"`
 	RecordVersionNumber string  `json:"record_version_number"`
 	// ExpiryTime is RFC 3339 in UTC; absent when the item has no TTL.
-	ExpiryTime string         `json:"expiry_time,omitempty"`
-	Attributes map[string]any `json:"attributes"`
+	ExpiryTime string `json:"expiry_time,omitempty"`
+	// FencingToken is absent when the lock carries none.
+	FencingToken int64 `json:"fencing_token,omitempty"`
+	// HeartbeatTime is the holder's wall clock at its last write, RFC 3339
+	// in UTC, absent unless the holder stamps it (fast takeover).
+	HeartbeatTime string         `json:"heartbeat_time,omitempty"`
+	Attributes    map[string]any `json:"attributes"`
 }
 
 func toJSON(l *ddblock.LockInfo) lockJSON {
@@ -150,7 +161,11 @@ func toJSON(l *ddblock.LockInfo) lockJSON {
 		Owner:               l.OwnerName,
 		LeaseSeconds:        l.LeaseDuration.Seconds(),
 		RecordVersionNumber: l.RecordVersionNumber,
+		FencingToken:        l.FencingToken,
 		Attributes:          map[string]any{},
+	}
+	if !l.HeartbeatTime.IsZero() {
+		out.HeartbeatTime = l.HeartbeatTime.UTC().Format(time.RFC3339Nano)
 	}
 	if !l.ExpiryTime.IsZero() {
 		out.ExpiryTime = l.ExpiryTime.UTC().Format(time.RFC3339)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -27,7 +28,7 @@ default) if crashed holders must not block later runs.
 COMMAND runs in its own process group, with the lock in its environment:
 DDBLOCK_KEY, DDBLOCK_SORT_KEY, DDBLOCK_OWNER, DDBLOCK_TABLE and
 DDBLOCK_RECORD_VERSION_NUMBER (the version when the lock was taken; every
-heartbeat changes it). SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
+heartbeat changes it), and DDBLOCK_FENCING_TOKEN when the lock carries one. SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
 SIGUSR2 sent to ddblock are passed to COMMAND's process group.
 
 If the lock goes into danger (no successful heartbeat for --safe) or is
@@ -112,6 +113,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	var (
 		lease, heartbeat, safe, grace time.Duration
 		owner                         string
+		fencing                       bool
 		attrs                         = attrFlag{}
 	)
 	f := newFlags(env, "run", "run [flags] KEY [--] COMMAND [ARG...]", runAbout)
@@ -123,6 +125,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.DurationVar(&r.wait, "wait", 0, "how long to wait for the lock; 0 tries once (default lease+heartbeat)")
 	f.DurationVar(&grace, "grace", 0, "after the lock is lost, how long between SIGTERM and SIGKILL\n(default half the time between --safe and --lease)")
 	f.StringVar(&owner, "owner", "", "`owner` name written in the lock (default: host name and a random suffix)")
+	f.BoolVar(&fencing, "fencing-token", false, "write a fencing token with the lock and give it to the command as\nDDBLOCK_FENCING_TOKEN (released items then stay in the table, marked released)")
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
@@ -169,6 +172,9 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	}
 	if owner != "" {
 		opts = append(opts, ddblock.WithOwnerName(owner))
+	}
+	if fencing {
+		opts = append(opts, ddblock.WithFencingTokens())
 	}
 	r.client, err = r.conn.client(ctx, logger(env.stderr), opts...)
 	if err != nil {
@@ -310,6 +316,9 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, gr
 		"DDBLOCK_RECORD_VERSION_NUMBER="+lock.RecordVersionNumber(),
 		tableEnv+"="+r.conn.table,
 	)
+	if token := lock.FencingToken(); token > 0 {
+		cmd.Env = append(cmd.Env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.env.stdin, r.env.stdout, r.env.stderr
 	cmd.SysProcAttr = childSysProcAttr()
 	if err := cmd.Start(); err != nil {

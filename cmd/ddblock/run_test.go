@@ -365,3 +365,39 @@ DDBLOCK_TABLE=` + f.table + "\n"
 		t.Errorf("the lock as the command saw it: %+v", seen)
 	}
 }
+
+// With --fencing-token every run's lock carries a token greater than all
+// earlier ones of the key, and the command gets it in its environment.
+func TestRunFencingToken(t *testing.T) {
+	f := newFixture(t)
+	f.env = append(f.env, "DDBLOCK_BIN="+binPath)
+	dir := t.TempDir()
+	script := `echo "$DDBLOCK_FENCING_TOKEN" > "$1"; "$DDBLOCK_BIN" get --endpoint "$2" "$DDBLOCK_KEY" --json >> "$1"`
+	token := func(i int, flags ...string) int64 {
+		t.Helper()
+		out := filepath.Join(dir, strconv.Itoa(i))
+		args := append(append(slices.Clone(timingFlags), flags...), "job", "--", "sh", "-c", script, "sh", out, f.endpoint)
+		if r := f.run("run", args...); r.code != 0 {
+			t.Fatalf("run %d: %v", i, r)
+		}
+		env, js, _ := strings.Cut(readFile(t, out), "\n")
+		n, err := strconv.ParseInt(env, 10, 64)
+		if err != nil {
+			t.Fatalf("run %d: DDBLOCK_FENCING_TOKEN=%q", i, env)
+		}
+		var seen lockJSON
+		if err := json.Unmarshal([]byte(js), &seen); err != nil || seen.FencingToken != n {
+			t.Errorf("run %d: the table showed %+v (%v), want fencing token %d", i, seen, err, n)
+		}
+		return n
+	}
+	first := token(1, "--fencing-token")
+	second := token(2, "--fencing-token")
+	if first <= 0 || second <= first {
+		t.Errorf("fencing tokens %d then %d: want positive and increasing", first, second)
+	}
+	// The kept item goes on counting for a run without the flag.
+	if third := token(3); third <= second {
+		t.Errorf("fencing token %d after %d", third, second)
+	}
+}
