@@ -17,19 +17,21 @@ import (
 // line.
 
 // TestPythonAttributesAreNotLockState: a Python service may store
-// additional attributes under any name but Python's six. To the Go client
-// they are the application's data: GetLock returns them as written, and a
-// Go waiter still waits the whole lease before taking over.
-//
-// The names ddblock itself gives a meaning to ("released",
-// "fencing_token", "heartbeat_time_ms") fail this today; they are checked
-// by reserved_names_bug_test.go, which runs with -tags interopbugs (see
-// doc/migrating-from-python.md, "Attribute names").
+// additional attributes under any name but Python's six (and, by
+// ddblock's rule, none starting with "ddblock_"). To the Go client they
+// are the application's data: GetLock returns them as written, and a Go
+// waiter still waits the whole lease before taking over. Names a lock
+// library might want for itself are among them: had ddblock read a
+// Python item's "released": true as "nobody holds this", it would take a
+// live Python holder's lock at once.
 func TestPythonAttributesAreNotLockState(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		attr types.AttributeValue
 	}{
+		{"released", &types.AttributeValueMemberBOOL{Value: true}},
+		{"fencing_token", &types.AttributeValueMemberS{Value: "batch-2024-11-22"}},
+		{"heartbeat_time_ms", &types.AttributeValueMemberN{Value: "1"}},
 		{"data", &types.AttributeValueMemberB{Value: []byte("the Java client's data field")}},
 		{"owner", &types.AttributeValueMemberS{Value: "team-payments"}},
 		{"lease", &types.AttributeValueMemberN{Value: "1"}},
@@ -75,13 +77,15 @@ func checkPythonAttributeIsData(t *testing.T, name string, attr types.AttributeV
 
 // TestGoRefusesPythonReservedNames: Python lets additional attributes
 // named like the lock's own attributes be silently replaced by the lock's
-// values; the Go client refuses them up front, with a typed error.
+// values; the Go client refuses them up front, with a typed error. It
+// also refuses its own opt-in attributes' names.
 func TestGoRefusesPythonReservedNames(t *testing.T) {
 	ddb := server(t)
 	n := customNames(t)
 	createTable(t, ddb, n)
 	c := newGoClient(t, ddb, n)
-	for _, name := range []string{n.PK, n.SK, n.TTL, "owner_name", "lease_duration", "record_version_number"} {
+	for _, name := range []string{n.PK, n.SK, n.TTL, "owner_name", "lease_duration", "record_version_number",
+		"ddblock_fencing_token", "ddblock_released", "ddblock_heartbeat_ms"} {
 		attrs := map[string]types.AttributeValue{name: &types.AttributeValueMemberS{Value: "x"}}
 		lock, err := c.AcquireLock(context.Background(), "reserved", ddblock.WithAdditionalAttributes(attrs))
 		if !errors.Is(err, ddblock.ErrInvalidArgument) {

@@ -33,7 +33,7 @@ type stepClock struct {
 
 func newStepClock() *stepClock {
 	return &stepClock{
-		Fake:    clock.NewFake(time.Date(2024, 11, 22, 5, 0, 0, 0, time.UTC)),
+		Fake:    clock.NewFake(time.Date(2024, 11, 23, 5, 0, 0, 0, time.UTC)),
 		armed:   map[time.Duration]int{},
 		changed: make(chan struct{}),
 	}
@@ -84,10 +84,10 @@ type acquireResult struct {
 // are longer still): its monitor and heartbeater then arm only timers an
 // hour away, and the only timers within the test's reach are the acquire
 // loop's. The lease that matters here is the one in the holder's item.
-func startWaiter(t *testing.T, clk *stepClock, ddb *tapDDB, n names, pk, sk string, retry, timeout time.Duration) *takeoverWaiter {
+func startWaiter(t *testing.T, clk *stepClock, ddb *tapDDB, n names, pk, sk string, retry, timeout time.Duration, opts ...ddblock.Option) *takeoverWaiter {
 	t.Helper()
-	c := newGoClient(t, ddb, n, ddblock.WithClock(clk), ddblock.WithOwnerName("go-waiter"),
-		ddblock.WithHeartbeatPeriod(time.Hour), ddblock.WithSafePeriod(2*time.Hour), ddblock.WithLeaseDuration(3*time.Hour))
+	c := newGoClient(t, ddb, n, append([]ddblock.Option{ddblock.WithClock(clk), ddblock.WithOwnerName("go-waiter"),
+		ddblock.WithHeartbeatPeriod(time.Hour), ddblock.WithSafePeriod(2 * time.Hour), ddblock.WithLeaseDuration(3 * time.Hour)}, opts...)...)
 	w := &takeoverWaiter{t: t, clk: clk, ddb: ddb, client: c, start: clk.Monotonic(), retry: retry, res: make(chan acquireResult, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -281,6 +281,11 @@ func TestGoWaitsExactlyTheStatedLease(t *testing.T) {
 				}
 				if r := after["record_version_number"].(*types.AttributeValueMemberS).Value; r != w.got.lock.RecordVersionNumber() {
 					t.Errorf("item's version %q, lock's %q", r, w.got.lock.RecordVersionNumber())
+				}
+				// The new holder learns whose work may have been left half done.
+				prev := w.got.lock.TakenOverFrom()
+				if prev == nil || prev.OwnerName != item["owner_name"].(*types.AttributeValueMemberS).Value || prev.RecordVersionNumber != rvn || prev.LeaseDuration != tc.lease {
+					t.Errorf("TakenOverFrom = %+v, want the Python holder's item (version %s, lease %v)", prev, rvn, tc.lease)
 				}
 			})
 		}
