@@ -1,9 +1,14 @@
 package ddblock_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
 )
 
@@ -51,4 +56,31 @@ func stepUntil(t *testing.T, clk *clock.Fake, sleepers int, done <-chan struct{}
 		}
 		clk.AdvanceToNext()
 	}
+}
+
+// putClock records, on a fake clock, when the last successful PutItem was
+// sent: the moment a lock was taken. Tests read it rather than the moment
+// AcquireLock returned, by which time the stepping may have moved on.
+type putClock struct {
+	ddblock.DynamoDBAPI
+	clk *clock.Fake
+	mu  sync.Mutex
+	at  time.Duration
+}
+
+func (p *putClock) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	sent := p.clk.Monotonic()
+	out, err := p.DynamoDBAPI.PutItem(ctx, in, o...)
+	if err == nil {
+		p.mu.Lock()
+		p.at = sent
+		p.mu.Unlock()
+	}
+	return out, err
+}
+
+func (p *putClock) lastPut() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.at
 }
