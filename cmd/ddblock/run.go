@@ -104,6 +104,7 @@ type runner struct {
 	key     string
 	sortKey string
 	wait    time.Duration
+	lease   time.Duration
 	attrs   map[string]types.AttributeValue
 	sigs    chan os.Signal
 }
@@ -145,6 +146,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	if !f.isSet("wait") {
 		r.wait = tm.lease + tm.heartbeat
 	}
+	r.lease = tm.lease
 	for k, v := range attrs {
 		if r.attrs == nil {
 			r.attrs = map[string]types.AttributeValue{}
@@ -390,8 +392,14 @@ func isLost(err error) bool {
 }
 
 // release gives the lock back; quiet when the lock is known to be lost.
+// A lost lock's release is only a courtesy (it frees an item that is
+// still ours at once), so it gets no longer than a lease.
 func (r *runner) release(lock *ddblock.Lock, lost bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	timeout := releaseTimeout
+	if lost {
+		timeout = min(timeout, r.lease)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := lock.Release(ctx, ddblock.WithBestEffort(false))
 	if err != nil && !lost {
