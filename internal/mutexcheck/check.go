@@ -1,0 +1,268 @@
+// Package mutexcheck checks that a lock never had two working holders at
+// once. Holders (goroutines, or worker processes) write what they did to
+// a [Log]; [Check] reads every log of a run and looks for overlaps.
+//
+// # What a holder records
+//
+// A holder works in small steps. Each step reads the clock ([Now]) and
+// then checks Lock.Err() == nil; only when the check passes is the step
+// recorded, with the time read before the check. A recorded step
+// therefore marks a moment at which the holder had verified, at that
+// moment or later, that its lock was safe. A holder that was paused
+// (SIGSTOP) records nothing while stopped, and its first step after
+// SIGCONT goes through the same check, so its tenure ends at the last
+// moment it verified the lock, not at the moment it noticed the loss.
+//
+// # What is checked
+//
+// A tenure is one holder's holding of one lock, from its first recorded
+// step to its last. On every key the tenures must be disjoint: no step of
+// one tenure may fall within [first step, last step] of another. [Check]
+// reports every pair that breaks this, with both tenures' records.
+//
+// Where tenures carry fencing tokens, the tokens of one key must grow
+// strictly from one tenure to the next, in the order the tenures worked.
+//
+// Timestamps come from CLOCK_MONOTONIC on Linux, which every process of a
+// machine shares, so logs from several processes can be compared.
+package mutexcheck
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Tenure is one holding of one lock, as its holder recorded it.
+type Tenure struct {
+	ID  string
+	Key string
+	// RVN is the record version number written by the acquire, and
+	// Token its fencing token (0: none).
+	RVN   string
+	Token int64
+	// Acquired is when AcquireLock returned; First and Last are the first
+	// and last verified steps (zero when there were none).
+	Acquired, First, Last int64
+	Steps                 int
+	// End is when the holder stopped, and EndReason why; both are empty
+	// when the holder's process was killed before it could say.
+	End       int64
+	EndReason string
+	// Released is how the release ended ("ok", an error code,
+	// "unknown"); empty when there is no record of one.
+	Released string
+}
+
+func (t Tenure) String() string {
+	end := "no end record (killed)"
+	if t.EndReason != "" {
+		end = fmt.Sprintf("ended %d (%s), release %q", t.End, t.EndReason, t.Released)
+	}
+	return fmt.Sprintf("%s on %q rvn %s token %d: acquired %d, %d steps %d..%d (%v), %s",
+		t.ID, t.Key, t.RVN, t.Token, t.Acquired, t.Steps, t.First, t.Last, time.Duration(t.Last-t.First), end)
+}
+
+// Violation is two tenures of one key whose working intervals overlap.
+type Violation struct {
+	Key string
+	// A began working first; B's first step fell within A's interval.
+	A, B Tenure
+	// Overlap is how long both worked at once.
+	Overlap time.Duration
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("key %q: overlap of %v\n  A: %s\n  B: %s", v.Key, v.Overlap, v.A, v.B)
+}
+
+// Report is what Check found.
+type Report struct {
+	// Keys is the number of keys that were held at least once.
+	Keys int
+	// Acquisitions counts successful acquires; Tenures those that did at
+	// least one verified step; Steps all verified steps.
+	Acquisitions, Tenures, Steps int
+	// Handoffs counts the times a key passed from one tenure to the next.
+	Handoffs int
+	// Takeovers counts handoffs after a tenure whose lock was not
+	// released: its holder was killed, abandoned its client, had the
+	// lock stolen, or its release failed. The next holder had to wait
+	// out the lease (unless a failed release did land after all).
+	// Handoffs after a release of unknown outcome (WithLock's) are not
+	// counted.
+	Takeovers int
+	// MinTakeoverGap is the shortest time, over takeovers, between the
+	// previous tenure's last step and the next tenure's first: the
+	// closest a takeover came to an overlap.
+	MinTakeoverGap time.Duration
+	// Closest is that closest takeover: the previous tenure, then the
+	// next.
+	Closest [2]Tenure
+	// Ends counts tenures by how they ended; "killed" when there is no
+	// end record.
+	Ends map[string]int
+	// Failures counts failed calls by "op CODE".
+	Failures map[string]int
+	// Unclear lists failures that were not a *ddblock.Error with a known
+	// code: every fault must end in a clear error.
+	Unclear []Event
+	// Violations lists every overlap found; it must be empty.
+	Violations []Violation
+	// Fenced counts the working tenures that had a fencing token, and
+	// FencingViolations lists the pairs of consecutive fenced tenures of
+	// a key whose tokens did not grow; it must be empty.
+	Fenced            int
+	FencingViolations []Violation
+	// MaxToken is the greatest fencing token seen per key.
+	MaxToken map[string]int64
+	// Problems lists inconsistent records (a step outside its tenure, an
+	// unknown tenure), which point at a harness bug.
+	Problems []string
+}
+
+// Check reads the events of every log of a run and checks mutual
+// exclusion per key.
+func Check(events []Event) Report {
+	r := Report{Ends: map[string]int{}, Failures: map[string]int{}, MaxToken: map[string]int64{}, MinTakeoverGap: -1}
+	tenures := map[string]*Tenure{}
+	for _, ev := range events {
+		switch ev.Kind {
+		case Acquired:
+			if tenures[ev.Tenure] != nil {
+				r.Problems = append(r.Problems, "tenure "+ev.Tenure+" acquired twice")
+				continue
+			}
+			tenures[ev.Tenure] = &Tenure{ID: ev.Tenure, Key: ev.Key, RVN: ev.Note, Token: ev.Token, Acquired: ev.T}
+			r.MaxToken[ev.Key] = max(r.MaxToken[ev.Key], ev.Token)
+			r.Acquisitions++
+		case Step:
+			t := tenures[ev.Tenure]
+			if t == nil {
+				r.Problems = append(r.Problems, "step of unknown tenure "+ev.Tenure)
+				continue
+			}
+			if t.Steps == 0 || ev.T < t.First {
+				t.First = ev.T
+			}
+			if t.Steps == 0 || ev.T > t.Last {
+				t.Last = ev.T
+			}
+			t.Steps++
+			r.Steps++
+		case Ended:
+			t := tenures[ev.Tenure]
+			if t == nil {
+				r.Problems = append(r.Problems, "end of unknown tenure "+ev.Tenure)
+				continue
+			}
+			t.End, t.EndReason = ev.T, ev.Note
+		case Released:
+			t := tenures[ev.Tenure]
+			if t == nil {
+				r.Problems = append(r.Problems, "release of unknown tenure "+ev.Tenure)
+				continue
+			}
+			t.Released = ev.Note
+		case Failure:
+			r.Failures[ev.Key+" "+ev.Note]++
+			if ev.Note == CodeUnclear {
+				r.Unclear = append(r.Unclear, ev)
+			}
+		}
+	}
+
+	byKey := map[string][]*Tenure{}
+	for _, t := range tenures {
+		reason := t.EndReason
+		if reason == "" {
+			reason = "killed"
+		}
+		r.Ends[reason]++
+		if t.Steps > 0 && t.First < t.Acquired {
+			r.Problems = append(r.Problems, "tenure "+t.ID+" stepped before it acquired")
+		}
+		if t.Steps > 0 && t.EndReason != "" && t.Last > t.End {
+			r.Problems = append(r.Problems, "tenure "+t.ID+" stepped after it ended")
+		}
+		byKey[t.Key] = append(byKey[t.Key], t)
+	}
+	r.Keys = len(byKey)
+
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		ts := byKey[key]
+		// Every acquisition is a holding, stepped or not, for counting
+		// handoffs; only stepped tenures can overlap.
+		slices.SortFunc(ts, func(a, b *Tenure) int { return cmp.Compare(a.Acquired, b.Acquired) })
+		r.Handoffs += len(ts) - 1
+		worked := slices.DeleteFunc(slices.Clone(ts), func(t *Tenure) bool { return t.Steps == 0 })
+		r.Tenures += len(worked)
+		slices.SortFunc(worked, func(a, b *Tenure) int { return cmp.Compare(a.First, b.First) })
+		var reach *Tenure      // the tenure whose last step is latest so far
+		var lastFenced *Tenure // the latest tenure with a token so far
+		for _, t := range worked {
+			if t.Token > 0 {
+				r.Fenced++
+				if lastFenced != nil && t.Token <= lastFenced.Token {
+					r.FencingViolations = append(r.FencingViolations, Violation{Key: key, A: *lastFenced, B: *t})
+				}
+				lastFenced = t
+			}
+			if reach != nil {
+				if t.First <= reach.Last {
+					r.Violations = append(r.Violations, Violation{
+						Key: key, A: *reach, B: *t,
+						Overlap: time.Duration(min(reach.Last, t.Last) - t.First),
+					})
+				} else if reach.Released != "ok" && reach.Released != "unknown" {
+					r.Takeovers++
+					if gap := time.Duration(t.First - reach.Last); r.MinTakeoverGap < 0 || gap < r.MinTakeoverGap {
+						r.MinTakeoverGap = gap
+						r.Closest = [2]Tenure{*reach, *t}
+					}
+				}
+			}
+			if reach == nil || t.Last > reach.Last {
+				reach = t
+			}
+		}
+	}
+	return r
+}
+
+// CodeUnclear is the code a holder logs for a failure that is not a
+// *ddblock.Error with a code it knows.
+const CodeUnclear = "UNCLEAR"
+
+// Summary formats the report's figures, one per line.
+func (r Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "keys %d, acquisitions %d, working tenures %d, verified steps %d\n", r.Keys, r.Acquisitions, r.Tenures, r.Steps)
+	fmt.Fprintf(&b, "handoffs %d, of which %d after a holder that did not release (killed, abandoned, stolen, failed release)", r.Handoffs, r.Takeovers)
+	if r.MinTakeoverGap >= 0 {
+		fmt.Fprintf(&b, "; closest of those: %v from the previous holder's last verified step to the next one's first", r.MinTakeoverGap)
+	}
+	b.WriteString("\n")
+	if r.MinTakeoverGap >= 0 {
+		fmt.Fprintf(&b, "  closest takeover, before: %s\n  closest takeover, after:  %s\n", r.Closest[0], r.Closest[1])
+	}
+	fmt.Fprintf(&b, "tenure ends: %s\n", formatCounts(r.Ends))
+	fmt.Fprintf(&b, "failed calls: %s\n", formatCounts(r.Failures))
+	fmt.Fprintf(&b, "tenures with a fencing token %d, tokens out of order %d\n", r.Fenced, len(r.FencingViolations))
+	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
+	return b.String()
+}
+
+func formatCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,32 @@
+package mutexcheck
+
+import (
+	"time"
+
+	"github.com/ddblock/ddblock"
+)
+
+// Flavour is one way of setting up a lock client. The checker mixes
+// them, because they take locks over by different rules and must still
+// exclude one another.
+type Flavour struct {
+	Name    string
+	Options []ddblock.Option
+}
+
+// Flavours returns the client set-ups a run mixes:
+//
+//   - "plain": python_dynamodb_lock's behaviour; releases delete the item,
+//     and a silent holder is timed out by watching its version number;
+//   - "fencing": fencing tokens, which keep released items so that the
+//     count lives on;
+//   - "fast": fast takeover by wall-clock stamp with maxClockSkew (the
+//     processes of one machine share one wall clock), and kept released
+//     items.
+func Flavours(maxClockSkew time.Duration) []Flavour {
+	return []Flavour{
+		{Name: "plain"},
+		{Name: "fencing", Options: []ddblock.Option{ddblock.WithFencingTokens()}},
+		{Name: "fast", Options: []ddblock.Option{ddblock.WithMaxClockSkew(maxClockSkew), ddblock.WithKeepReleasedItems(true)}},
+	}
+}

@@ -1,0 +1,205 @@
+package mutexcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ddblock/ddblock"
+)
+
+// Holder contends for a few keys with one ddblock client, over and over,
+// and records what it does in a Log: it acquires a random key, works in
+// verified steps for a random time, and releases it. It stops working
+// the moment its lock is not safe, and goes on to the next acquire.
+type Holder struct {
+	// ID names the holder in the log; it must be unique in a run and
+	// contain no white space.
+	ID string
+	// Client is the holder's own lock client.
+	Client *ddblock.Client
+	// Keys are the partition keys to contend for.
+	Keys []string
+	// Log receives the holder's events.
+	Log *Log
+	// HoldMin and HoldMax bound how long a tenure works.
+	HoldMin, HoldMax time.Duration
+	// LongShare is the share of tenures, in [0, 1], that work between
+	// LongMin and LongMax instead: long enough to be heartbeated, and so
+	// to meet heartbeat faults and go into danger.
+	LongShare        float64
+	LongMin, LongMax time.Duration
+	// StepEvery is the pause between steps.
+	StepEvery time.Duration
+	// AcquireTimeout is the deadline of the context each AcquireLock
+	// gets; with UseWithLock, it is the acquire's RetryTimeout instead.
+	AcquireTimeout time.Duration
+	// AcquireOptions are passed to every acquire.
+	AcquireOptions []ddblock.AcquireOption
+	// UseWithLock works through Client.WithLock, checking both the
+	// function's context and Lock.Err() at each step, instead of
+	// AcquireLock, a step loop and Release.
+	UseWithLock bool
+	// Seed seeds the holder's random choices.
+	Seed uint64
+
+	rng     *rand.Rand
+	tenures int
+}
+
+// Run contends until ctx ends or the holder's client is closed. It
+// returns nil then; any other end is a bug it reports.
+func (h *Holder) Run(ctx context.Context) error {
+	if h.Client == nil || h.Log == nil || len(h.Keys) == 0 || h.HoldMax < h.HoldMin || h.StepEvery <= 0 ||
+		h.LongShare < 0 || h.LongShare > 1 || (h.LongShare > 0 && h.LongMax < h.LongMin) {
+		return errors.New("mutexcheck: Holder needs a Client, a Log, Keys, HoldMin <= HoldMax, LongMin <= LongMax, a LongShare in [0, 1] and a positive StepEvery")
+	}
+	h.rng = rand.New(rand.NewPCG(h.Seed, uint64(len(h.ID))))
+	for ctx.Err() == nil {
+		key := h.Keys[h.rng.IntN(len(h.Keys))]
+		lo, hi := h.HoldMin, h.HoldMax
+		if h.LongShare > 0 && h.rng.Float64() < h.LongShare {
+			lo, hi = h.LongMin, h.LongMax
+		}
+		hold := lo
+		if hi > lo {
+			hold += time.Duration(h.rng.Int64N(int64(hi - lo)))
+		}
+		var closed bool
+		if h.UseWithLock {
+			closed = h.roundWithLock(ctx, key, hold)
+		} else {
+			closed = h.round(ctx, key, hold)
+		}
+		if closed {
+			return nil
+		}
+	}
+	return nil
+}
+
+// round is one acquire, tenure and release; true when the client is
+// closed.
+func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool {
+	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	lock, err := h.Client.AcquireLock(actx, key, h.AcquireOptions...)
+	cancel()
+	if err != nil {
+		return h.failed("acquire", err)
+	}
+	if lock == nil {
+		h.Log.Failure(h.ID, "acquire", Now(), CodeUnclear, "AcquireLock returned neither a lock nor an error")
+		return false
+	}
+	tenure := h.work(ctx, nil, lock, key, hold)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), h.AcquireTimeout)
+	err = lock.Release(rctx, ddblock.WithBestEffort(false))
+	rcancel()
+	outcome := "ok"
+	if err != nil {
+		h.failed("release", err)
+		outcome = string(ddblock.CodeOf(err))
+	} else if reason := ddblock.CodeOf(lock.Err()); reason != ddblock.CodeLockReleased {
+		// Release does nothing to a lock that was not held any more
+		// (stolen, or its client closed), and says nil.
+		outcome = "not-held-" + string(reason)
+	}
+	h.Log.Released(tenure, Now(), outcome)
+	return false
+}
+
+func (h *Holder) roundWithLock(ctx context.Context, key string, hold time.Duration) bool {
+	var (
+		held   *ddblock.Lock
+		tenure string
+	)
+	opts := append(append([]ddblock.AcquireOption(nil), h.AcquireOptions...), ddblock.WithRetryTimeout(h.AcquireTimeout))
+	err := h.Client.WithLock(ctx, key, func(lctx context.Context, lock *ddblock.Lock) error {
+		held = lock
+		tenure = h.work(ctx, lctx, lock, key, hold)
+		return nil
+	}, opts...)
+	ran := held != nil
+	if ran {
+		// WithLock releases by itself, best effort: whether the delete
+		// landed is not known, only whether it was attempted.
+		outcome := "unknown"
+		if reason := ddblock.CodeOf(held.Err()); reason != ddblock.CodeLockReleased {
+			outcome = "not-held-" + string(reason)
+		}
+		h.Log.Released(tenure, Now(), outcome)
+	}
+	switch {
+	case err == nil:
+		return false
+	case !ran:
+		return h.failed("acquire", err)
+	default:
+		// The function returned nil, but the lock was lost while it ran:
+		// WithLock must say so with the lock's own error.
+		h.failed("withlock", err)
+		return false
+	}
+}
+
+// work is one tenure: verified steps until the hold time is up or the
+// lock is not safe any more. It returns the tenure's name.
+func (h *Holder) work(ctx, lctx context.Context, lock *ddblock.Lock, key string, hold time.Duration) string {
+	h.tenures++
+	tenure := fmt.Sprintf("%s#%d", h.ID, h.tenures)
+	start := Now()
+	h.Log.Acquired(tenure, key, start, lock.RecordVersionNumber(), lock.FencingToken())
+	deadline := start + int64(hold)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		// The time is read before the check: a step stands for a moment
+		// at which the lock was verified safe, at that moment or later.
+		t := Now()
+		reason := ""
+		switch {
+		case ctx.Err() != nil:
+			reason = "stopped"
+		case lock.Err() != nil:
+			reason = string(ddblock.CodeOf(lock.Err()))
+		case lctx != nil && lctx.Err() != nil:
+			reason = "fn-context-" + string(ddblock.CodeOf(context.Cause(lctx)))
+		}
+		if reason != "" {
+			h.Log.Ended(tenure, Now(), reason)
+			return tenure
+		}
+		h.Log.Step(tenure, t)
+		if t >= deadline {
+			h.Log.Ended(tenure, Now(), "done")
+			return tenure
+		}
+		timer.Reset(h.StepEvery)
+		select {
+		case <-timer.C:
+		case <-lock.Done():
+		case <-ctx.Done():
+		}
+	}
+}
+
+// failed logs a failed call with its code, or as unclear when the error
+// is not a clear ddblock error; true when the client is closed.
+func (h *Holder) failed(op string, err error) bool {
+	code := ddblock.CodeOf(err)
+	detail := err.Error()
+	var lerr *ddblock.Error
+	switch {
+	case !errors.As(err, &lerr) || code == "":
+		code = CodeUnclear
+		detail = fmt.Sprintf("not a *ddblock.Error: %T: %v", err, err)
+	case code == ddblock.CodeUnknown && lerr.Err == nil:
+		code = CodeUnclear
+		detail = "UNKNOWN without a cause: " + detail
+	}
+	h.Log.Failure(h.ID, op, Now(), string(code), detail)
+	return code == ddblock.CodeClientShutdown && op == "acquire"
+}

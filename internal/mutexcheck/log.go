@@ -1,0 +1,174 @@
+package mutexcheck
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// EventKind is the kind of one line of a holder's log.
+type EventKind byte
+
+// The kinds of event.
+const (
+	// Acquired: a holder got the lock on Key; Tenure names this holding
+	// from now on, Note is the record version number it wrote and Token
+	// its fencing token (0 when it has none).
+	Acquired EventKind = 'A'
+	// Step: the holder checked that its lock was safe (Lock.Err() == nil)
+	// and works; T was read just before that check.
+	Step EventKind = 'S'
+	// Ended: the holder stopped working under the lock; Note says why
+	// ("done" when it chose to, else the lock's error code).
+	Ended EventKind = 'E'
+	// Released: the holder's release of the tenure's lock returned; Note
+	// is "ok", the error's code, or "unknown" when the release was not
+	// observed (WithLock releases by itself, best effort).
+	Released EventKind = 'R'
+	// Failure: a call failed; Tenure names the holder, Key the call
+	// ("acquire", "release"), Note the error code, Detail the message.
+	Failure EventKind = 'F'
+)
+
+// Event is one line of a holder's log.
+type Event struct {
+	Kind   EventKind
+	Tenure string
+	Key    string
+	T      int64 // Now() reading
+	Token  int64
+	Note   string
+	Detail string
+}
+
+// Log writes events, one line each, to a file shared by the holders of
+// one process. Every event is written with a single Write, unbuffered,
+// so that what a holder verified is on record even if its process is
+// killed the next instant. It is safe for concurrent use.
+//
+// Names (tenures, keys, notes) must not contain white space.
+type Log struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+// NewLog returns a log writing to w.
+func NewLog(w io.Writer) *Log { return &Log{w: w} }
+
+// Err returns the first write error, if any.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Log) write(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	if _, err := io.WriteString(l.w, line); err != nil {
+		l.err = err
+	}
+}
+
+// Acquired records that tenure began: the lock on key was acquired at t
+// with record version number rvn and fencing token token.
+func (l *Log) Acquired(tenure, key string, t int64, rvn string, token int64) {
+	l.write(fmt.Sprintf("A %s %s %d %s %d\n", word(tenure), word(key), t, word(rvn), token))
+}
+
+// Step records a verified step of tenure at t.
+func (l *Log) Step(tenure string, t int64) {
+	l.write(fmt.Sprintf("S %s %d\n", word(tenure), t))
+}
+
+// Ended records that tenure stopped working at t, and why.
+func (l *Log) Ended(tenure string, t int64, reason string) {
+	l.write(fmt.Sprintf("E %s %d %s\n", word(tenure), t, word(reason)))
+}
+
+// Released records how the release of tenure's lock ended.
+func (l *Log) Released(tenure string, t int64, outcome string) {
+	l.write(fmt.Sprintf("R %s %d %s\n", word(tenure), t, word(outcome)))
+}
+
+// Failure records a failed call by holder: op is "acquire" or "release",
+// code the error's code, detail its message.
+func (l *Log) Failure(holder, op string, t int64, code, detail string) {
+	detail = strings.Join(strings.Fields(detail), " ")
+	l.write(fmt.Sprintf("F %s %s %d %s %s\n", word(holder), word(op), t, word(code), detail))
+}
+
+// word keeps a name on one field of a line.
+func word(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Join(strings.Fields(s), "_")
+}
+
+// Parse reads a log. A last line cut short (its process was killed while
+// writing it) is ignored; any other malformed line is an error.
+func Parse(r io.Reader) ([]Event, error) {
+	var events []Event
+	br := bufio.NewReader(r)
+	for n := 1; ; n++ {
+		line, err := br.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			return events, nil // an unterminated last line is a torn write
+		}
+		if err != nil {
+			return events, err
+		}
+		ev, perr := parseLine(strings.TrimSuffix(line, "\n"))
+		if perr != nil {
+			return events, fmt.Errorf("mutexcheck: line %d %q: %w", n, line, perr)
+		}
+		events = append(events, ev)
+	}
+}
+
+func parseLine(line string) (Event, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 || len(f[0]) != 1 {
+		return Event{}, errors.New("no event kind")
+	}
+	ev := Event{Kind: EventKind(f[0][0])}
+	want := map[EventKind]int{Acquired: 6, Step: 3, Ended: 4, Released: 4, Failure: 5}[ev.Kind]
+	if want == 0 {
+		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
+	}
+	if len(f) < want {
+		return Event{}, fmt.Errorf("%d fields, want %d", len(f), want)
+	}
+	var tField string
+	switch ev.Kind {
+	case Acquired:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[4]
+		token, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("token %q: %w", f[5], err)
+		}
+		ev.Token = token
+	case Step:
+		ev.Tenure, tField = f[1], f[2]
+	case Ended, Released:
+		ev.Tenure, tField, ev.Note = f[1], f[2], f[3]
+	case Failure:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[4]
+		ev.Detail = strings.Join(f[5:], " ")
+	}
+	t, err := strconv.ParseInt(tField, 10, 64)
+	if err != nil {
+		return Event{}, fmt.Errorf("time %q: %w", tField, err)
+	}
+	ev.T = t
+	return ev, nil
+}

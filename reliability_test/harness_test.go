@@ -1,0 +1,705 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/faultproxy"
+	"github.com/ddblock/ddblock/internal/mutexcheck"
+)
+
+// chaosConfig sizes one run of the mutual-exclusion checker.
+type chaosConfig struct {
+	Duration time.Duration
+	// Keys is the number of keys everyone contends for.
+	Keys int
+	// InProcess holders are goroutines of the test, each with its own
+	// client and fault proxy; Workers are OS processes running
+	// ClientsPerWorker holders each, behind one proxy per process.
+	InProcess, Workers, ClientsPerWorker int
+	// FaultEvery, ProcEvery and AbandonEvery are the mean pauses between
+	// a fault switched on, a worker killed or paused, and an in-process
+	// client abandoned (closed without releasing).
+	FaultEvery, ProcEvery, AbandonEvery time.Duration
+	Heartbeat, Safe, Lease              time.Duration
+	// HoldMin, HoldMax and Step shape a tenure, except for a LongShare
+	// of them which work between LongMin and LongMax; RetryPeriod is how
+	// often waiters look.
+	HoldMin, HoldMax, Step, RetryPeriod time.Duration
+	LongShare                           float64
+	LongMin, LongMax                    time.Duration
+	// Attempts is the SDK's attempts per call.
+	Attempts int
+	// MaxClockSkew is the fast flavour's setting (see
+	// mutexcheck.Flavours).
+	MaxClockSkew time.Duration
+	Seed         uint64
+}
+
+func defaultChaos(d time.Duration) chaosConfig {
+	return chaosConfig{
+		Duration:  d,
+		Keys:      4,
+		InProcess: 4, Workers: 2, ClientsPerWorker: 2,
+		FaultEvery: 150 * time.Millisecond, ProcEvery: 1200 * time.Millisecond, AbandonEvery: 2 * time.Second,
+		Heartbeat: 100 * time.Millisecond, Safe: 400 * time.Millisecond, Lease: 600 * time.Millisecond,
+		HoldMin: 5 * time.Millisecond, HoldMax: 40 * time.Millisecond, Step: 2 * time.Millisecond,
+		LongShare: 0.1, LongMin: 150 * time.Millisecond, LongMax: 900 * time.Millisecond,
+		RetryPeriod:  15 * time.Millisecond,
+		Attempts:     3,
+		MaxClockSkew: 50 * time.Millisecond,
+		Seed:         uint64(time.Now().UnixNano()),
+	}
+}
+
+// chaosResult is what a run did and what the checker found.
+type chaosResult struct {
+	Config   chaosConfig
+	Elapsed  time.Duration
+	Report   mutexcheck.Report
+	Injected map[faultproxy.Kind]int64
+	Requests int64
+	// Kills and Pauses count SIGKILLs and SIGSTOP/SIGCONT pairs sent to
+	// workers; LongPauses those longer than the lease; Abandons the
+	// in-process clients closed under their locks.
+	Kills, Pauses, LongPauses, Abandons int
+	// Stats add up the library's counters of every client that was shut
+	// down cleanly (killed workers' counters are lost with them).
+	Stats ddblock.Stats
+	// Leftover counts the lock items found after everyone stopped (those
+	// of killed holders), all of which the final check took over.
+	Leftover int
+}
+
+func (r chaosResult) faults() int64 {
+	var n int64
+	for _, v := range r.Injected {
+		n += v
+	}
+	return n
+}
+
+// Summary formats the run's figures.
+func (r chaosResult) Summary() string {
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "run: %v, %d keys, %d in-process clients + %d worker processes x %d clients; heartbeat %v, safe %v, lease %v; seed %d\n",
+		r.Elapsed.Round(time.Second), c.Keys, c.InProcess, c.Workers, c.ClientsPerWorker, c.Heartbeat, c.Safe, c.Lease, c.Seed)
+	fmt.Fprintf(&b, "machine: %s/%s, %d CPUs, %s, race detector %v; timestamps from %s\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), raceEnabled, mutexcheck.ClockName)
+	b.WriteString(r.Report.Summary())
+	kinds := make([]string, 0, len(r.Injected))
+	for _, k := range faultproxy.Kinds {
+		if n := r.Injected[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	fmt.Fprintf(&b, "faults injected %d of %d requests: %s\n", r.faults(), r.Requests, strings.Join(kinds, ", "))
+	fmt.Fprintf(&b, "kills %d, pauses %d (%d longer than the lease), abandoned clients %d, leftover items taken over at the end %d\n",
+		r.Kills, r.Pauses, r.LongPauses, r.Abandons, r.Leftover)
+	s := r.Stats
+	fmt.Fprintf(&b, "library counters (clean shutdowns): heartbeats sent %d, failed %d, skipped %d, late rounds %d, in danger %d, recovered %d, stolen %d\n",
+		s.HeartbeatsSent, s.HeartbeatsFailed, s.HeartbeatsSkipped, s.LateRounds, s.InDanger, s.Recovered, s.Stolen)
+	return b.String()
+}
+
+// chaos is one run in progress.
+type chaos struct {
+	t        *testing.T
+	cfg      chaosConfig
+	env      *env
+	keys     []string
+	dir      string
+	bin      string
+	inproc   *mutexcheck.Log
+	opts     []ddblock.Option
+	proxies  []*faultproxy.Proxy
+	workers  []*workerSlot
+	problems chan string
+	// slots maps an in-process slot to its current client, for the
+	// abandoner.
+	slots sync.Map
+
+	kills, pauses, longPauses, abandons atomic.Int64
+
+	statsMu sync.Mutex
+	stats   ddblock.Stats
+}
+
+// runChaos runs the checker for cfg.Duration and returns its figures; it
+// fails the test on any violation, unclear error, harness problem, or a
+// lock item that cannot be taken over afterwards.
+func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
+	c := &chaos{
+		t: t, cfg: cfg, env: newEnv(t), bin: workerBinary(t),
+		dir:      t.TempDir(),
+		problems: make(chan string, 1000),
+	}
+	if *logDir != "" {
+		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("event logs in %s", c.dir)
+	}
+	for i := range cfg.Keys {
+		c.keys = append(c.keys, fmt.Sprintf("key-%d", i))
+	}
+	c.opts = append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease), ddblock.WithTableName(c.env.table), ddblock.WithLogger(quiet))
+	f, err := os.Create(filepath.Join(c.dir, "inprocess.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c.inproc = mutexcheck.NewLog(f)
+
+	start := time.Now()
+	holders, stopHolders := context.WithCancel(context.Background())
+	var holdersDone sync.WaitGroup
+	for i := range cfg.InProcess {
+		p := c.env.proxy()
+		c.proxies = append(c.proxies, p)
+		holdersDone.Go(func() { c.runSlot(holders, i, p) })
+	}
+	for i := range cfg.Workers {
+		p := c.env.proxy()
+		c.proxies = append(c.proxies, p)
+		w := &workerSlot{c: c, name: fmt.Sprintf("w%d", i), proxy: p, flavour: i}
+		c.workers = append(c.workers, w)
+		w.start()
+	}
+	t.Cleanup(func() {
+		for _, w := range c.workers {
+			w.killNow()
+		}
+	})
+
+	chaosCtx, stopChaos := context.WithTimeout(context.Background(), cfg.Duration)
+	var chaosDone sync.WaitGroup
+	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
+	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
+	chaosDone.Go(func() { c.abandonClients(chaosCtx, holders) })
+	<-chaosCtx.Done()
+	chaosDone.Wait()
+	stopChaos()
+
+	// Calm the network, then stop everyone cleanly.
+	for _, p := range c.proxies {
+		p.Clear()
+	}
+	var stopping sync.WaitGroup
+	for _, w := range c.workers {
+		stopping.Go(w.stop)
+	}
+	stopHolders()
+	holdersDone.Wait()
+	stopping.Wait()
+	elapsed := time.Since(start)
+
+	res := chaosResult{Config: cfg, Elapsed: elapsed, Injected: map[faultproxy.Kind]int64{}}
+	for _, p := range c.proxies {
+		counts := p.Counts()
+		res.Requests += counts.Requests
+		for k, v := range counts.Injected {
+			res.Injected[k] += v
+		}
+	}
+	res.Kills, res.Pauses, res.LongPauses, res.Abandons =
+		int(c.kills.Load()), int(c.pauses.Load()), int(c.longPauses.Load()), int(c.abandons.Load())
+	res.Stats = c.stats
+	res.Report = c.check()
+	res.Leftover = c.takeOverLeftovers(res.Report.MaxToken)
+
+	close(c.problems)
+	for p := range c.problems {
+		t.Errorf("harness: %s", p)
+	}
+	rep := res.Report
+	for _, v := range rep.Violations {
+		t.Errorf("MUTUAL EXCLUSION VIOLATED: %s", v)
+	}
+	for _, u := range rep.Unclear {
+		t.Errorf("unclear error from %s (%s): %s", u.Tenure, u.Key, u.Detail)
+	}
+	for _, p := range rep.Problems {
+		t.Errorf("inconsistent record: %s", p)
+	}
+	for _, v := range rep.FencingViolations {
+		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
+	}
+	return res
+}
+
+// runSlot runs in-process holder i until ctx ends, with a new client
+// each time the abandoner closes the current one.
+func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
+	ddb := ddbtest.NewClient(p.URL(), false, c.cfg.Attempts)
+	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
+	fl := flavours[i%len(flavours)]
+	for gen := 1; ctx.Err() == nil; gen++ {
+		name := fmt.Sprintf("g%d.%d-%s", i, gen, fl.Name)
+		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
+		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
+		if err != nil {
+			c.problem("ddblock.New: %v", err)
+			return
+		}
+		c.slots.Store(i, client)
+		h := &mutexcheck.Holder{
+			ID: name, Client: client, Keys: c.keys, Log: c.inproc,
+			HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
+			LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
+			AcquireTimeout: 3 * time.Second,
+			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)},
+			UseWithLock:    i%2 == 1,
+			Seed:           c.cfg.Seed + uint64(i*1000+gen),
+		}
+		if err := h.Run(ctx); err != nil {
+			c.problem("holder %s: %v", name, err)
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := client.Close(cctx, true); err != nil {
+			c.problem("closing %s: %v", name, err)
+		}
+		cancel()
+		c.addStats(client.Stats())
+	}
+}
+
+func (c *chaos) addStats(s ddblock.Stats) {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	t := &c.stats
+	t.HeartbeatsSent += s.HeartbeatsSent
+	t.HeartbeatsFailed += s.HeartbeatsFailed
+	t.HeartbeatsSkipped += s.HeartbeatsSkipped
+	t.LateRounds += s.LateRounds
+	t.InDanger += s.InDanger
+	t.Recovered += s.Recovered
+	t.Stolen += s.Stolen
+}
+
+func (c *chaos) problem(format string, args ...any) {
+	select {
+	case c.problems <- fmt.Sprintf(format, args...):
+	default:
+	}
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// around returns a random duration in [d/2, 3d/2).
+func around(rng *rand.Rand, d time.Duration) time.Duration {
+	return d/2 + time.Duration(rng.Int64N(int64(d)))
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// injectFaults switches a random fault on at a random proxy every so
+// often, for a random while.
+func (c *chaos) injectFaults(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
+	var faults []*faultproxy.Fault
+	defer func() {
+		for _, f := range faults {
+			f.Remove()
+		}
+	}()
+	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
+		p := c.proxies[rng.IntN(len(c.proxies))]
+		f, err := p.Inject(c.randomRule(rng))
+		if err != nil {
+			c.problem("inject: %v", err)
+			continue
+		}
+		faults = append(faults, f)
+		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), f.Remove)
+	}
+}
+
+// randomRule picks one of the faults of a bad day.
+func (c *chaos) randomRule(rng *rand.Rand) faultproxy.Rule {
+	ops := []string{"", "GetItem", "PutItem", "UpdateItem", "DeleteItem"}
+	op := ops[rng.IntN(len(ops))]
+	writes := []string{"PutItem", "UpdateItem", "DeleteItem"}
+	prob := 0.2 + 0.6*rng.Float64()
+	switch rng.IntN(8) {
+	case 0: // a slow network
+		return faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, 5*time.Millisecond, 40*time.Millisecond), Jitter: 20 * time.Millisecond}
+	case 1: // spikes longer than the safe period
+		return faultproxy.Rule{Kind: faultproxy.Latency, Op: op, Delay: between(rng, c.cfg.Safe, c.cfg.Lease+c.cfg.Safe), Probability: 0.3}
+	case 2:
+		return faultproxy.Rule{Kind: faultproxy.ServerError, Op: op, Probability: prob}
+	case 3:
+		return faultproxy.Rule{Kind: faultproxy.Throttling, Op: op, Probability: prob}
+	case 4:
+		return faultproxy.Rule{Kind: faultproxy.ThroughputExceeded, Op: op, Probability: prob}
+	case 5:
+		return faultproxy.Rule{Kind: faultproxy.Drop, Op: op, Probability: prob / 2}
+	case 6: // a partition: everything, or the heartbeats only
+		return faultproxy.Rule{Kind: faultproxy.BlackHole, Op: []string{"", "UpdateItem"}[rng.IntN(2)]}
+	default:
+		return faultproxy.Rule{Kind: faultproxy.DropReply, Op: writes[rng.IntN(len(writes))], Probability: prob}
+	}
+}
+
+// disturbWorkers kills or pauses a random worker every so often: one
+// action in three is a SIGKILL (the worker is restarted), the others a
+// SIGSTOP for a random time from well under the safe period to well over
+// the lease, then SIGCONT.
+func (c *chaos) disturbWorkers(ctx context.Context) {
+	if len(c.workers) == 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
+	for n := 0; sleep(ctx, around(rng, c.cfg.ProcEvery)); n++ {
+		w := c.workers[rng.IntN(len(c.workers))]
+		// Strike while the worker works under a lock, at a random point
+		// of its tenure, when it does so within a second.
+		if w.waitHolding(ctx, time.Second) {
+			time.Sleep(between(rng, 0, 30*time.Millisecond))
+		}
+		if n%3 == 1 {
+			w.kill()
+			c.kills.Add(1)
+			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
+			w.start()
+			continue
+		}
+		d := between(rng, c.cfg.Heartbeat, 2*c.cfg.Lease+c.cfg.Safe)
+		w.pause(d)
+		c.pauses.Add(1)
+		if d > c.cfg.Lease {
+			c.longPauses.Add(1)
+		}
+	}
+}
+
+// abandonClients closes a random in-process client without releasing
+// its locks, as a crashing process would leave them.
+func (c *chaos) abandonClients(ctx, holders context.Context) {
+	if c.cfg.InProcess == 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 3))
+	for sleep(ctx, around(rng, c.cfg.AbandonEvery)) {
+		// Prefer a client that holds a lock now.
+		var v any
+		for range 200 {
+			cand, ok := c.slots.Load(rng.IntN(c.cfg.InProcess))
+			if ok {
+				v = cand
+				if len(cand.(*ddblock.Client).HeldLocks()) > 0 {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if v == nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(holders, 10*time.Second)
+		if err := v.(*ddblock.Client).Close(cctx, false); err != nil && holders.Err() == nil {
+			c.problem("abandoning a client: %v", err)
+		}
+		cancel()
+		c.abandons.Add(1)
+	}
+}
+
+// check reads every event log of the run.
+func (c *chaos) check() mutexcheck.Report {
+	files, err := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	if err != nil || len(files) == 0 {
+		c.t.Fatalf("no event logs in %s: %v", c.dir, err)
+	}
+	var events []mutexcheck.Event
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		evs, err := mutexcheck.Parse(f)
+		f.Close()
+		if err != nil {
+			c.t.Errorf("%s: %v", name, err)
+		}
+		events = append(events, evs...)
+	}
+	return mutexcheck.Check(events)
+}
+
+// takeOverLeftovers checks that no lock item was lost or corrupted:
+// every item left in the table reads as a lock, and a fresh client
+// without faults takes every key within a lease (its fencing token above
+// every token of the run) and releases it, leaving no held item. It
+// returns how many held items were left by the run.
+func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
+	t := c.t
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fresh := c.env.client(c.env.direct, append(times(c.cfg.Heartbeat, c.cfg.Safe, c.cfg.Lease), ddblock.WithFencingTokens())...)
+	left := 0
+	for info, err := range fresh.ListLocks(ctx) {
+		if err != nil {
+			t.Errorf("a lock item left after the run does not read: %v", err)
+			continue
+		}
+		if !slices.Contains(c.keys, info.PartitionKey) || info.SortKey != ddblock.DefaultSortKey {
+			t.Errorf("unexpected item %+v", info)
+		}
+		if !info.Released {
+			left++
+		}
+	}
+	for _, key := range c.keys {
+		lock, err := fresh.AcquireLock(ctx, key, ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
+		if err != nil {
+			t.Errorf("after the run, %s could not be acquired: %v", key, err)
+			continue
+		}
+		if tok := lock.FencingToken(); tok <= maxToken[key] {
+			t.Errorf("after the run, %s got fencing token %d, not above the run's %d", key, tok, maxToken[key])
+		}
+		if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+			t.Errorf("after the run, %s could not be released: %v", key, err)
+		}
+	}
+	for info, err := range fresh.ListLocks(ctx) {
+		if err != nil || !info.Released {
+			t.Errorf("item held after the final release: %+v, %v", info, err)
+		}
+	}
+	return left
+}
+
+// workerSlot is one worker process position; a killed worker is
+// replaced by a new incarnation in the same slot, behind the same proxy.
+type workerSlot struct {
+	c       *chaos
+	name    string
+	proxy   *faultproxy.Proxy
+	flavour int
+	inc     int
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	stdout   *bytes.Buffer
+	stderr   *bytes.Buffer
+	exited   chan struct{}
+	expected *atomic.Bool // set before we end the process on purpose
+	tail     *logTail
+}
+
+func (w *workerSlot) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inc++
+	cfg := w.c.cfg
+	id := fmt.Sprintf("%s.%d", w.name, w.inc)
+	logPath := filepath.Join(w.c.dir, id+".log")
+	w.tail = &logTail{path: logPath, open: map[string]bool{}}
+	cmd := exec.Command(w.c.bin,
+		"-endpoint", w.proxy.URL(),
+		"-table", w.c.env.table,
+		"-keys", strings.Join(w.c.keys, ","),
+		"-clients", fmt.Sprint(cfg.ClientsPerWorker),
+		"-id", id,
+		"-log", logPath,
+		"-heartbeat", cfg.Heartbeat.String(), "-safe", cfg.Safe.String(), "-lease", cfg.Lease.String(),
+		"-hold-min", cfg.HoldMin.String(), "-hold-max", cfg.HoldMax.String(), "-step", cfg.Step.String(),
+		"-long-share", fmt.Sprint(cfg.LongShare), "-long-min", cfg.LongMin.String(), "-long-max", cfg.LongMax.String(),
+		"-retry-period", cfg.RetryPeriod.String(),
+		"-attempts", fmt.Sprint(cfg.Attempts),
+		"-flavour", fmt.Sprint(w.flavour), "-max-clock-skew", cfg.MaxClockSkew.String(),
+		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
+	)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		w.c.problem("worker %s: %v", id, err)
+		return
+	}
+	stdout, stderr := &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		w.c.problem("starting worker %s: %v", id, err)
+		return
+	}
+	exited := make(chan struct{})
+	expected := new(atomic.Bool)
+	w.cmd, w.stdin, w.stdout, w.stderr, w.exited, w.expected = cmd, stdin, stdout, stderr, exited, expected
+	go func() {
+		err := cmd.Wait()
+		if !expected.Load() {
+			w.c.problem("worker %s exited on its own: %v\n%s", id, err, stderr.String())
+		}
+		close(exited)
+	}()
+}
+
+// waitHolding follows the current incarnation's event log until it shows
+// a tenure in progress, for at most limit; false when none showed.
+func (w *workerSlot) waitHolding(ctx context.Context, limit time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd == nil {
+		return false
+	}
+	deadline := time.Now().Add(limit)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if w.tail.holding() {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
+}
+
+// logTail reads a growing event log and tracks the tenures in progress.
+type logTail struct {
+	path    string
+	offset  int64
+	partial []byte
+	open    map[string]bool
+}
+
+func (lt *logTail) holding() bool {
+	f, err := os.Open(lt.path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, _ := f.ReadAt(buf, lt.offset)
+		if n == 0 {
+			break
+		}
+		lt.offset += int64(n)
+		lt.partial = append(lt.partial, buf[:n]...)
+	}
+	last := bytes.LastIndexByte(lt.partial, '\n')
+	if last >= 0 {
+		events, _ := mutexcheck.Parse(bytes.NewReader(lt.partial[:last+1]))
+		lt.partial = append([]byte(nil), lt.partial[last+1:]...)
+		for _, ev := range events {
+			switch ev.Kind {
+			case mutexcheck.Acquired:
+				lt.open[ev.Tenure] = true
+			case mutexcheck.Ended:
+				delete(lt.open, ev.Tenure)
+			}
+		}
+	}
+	return len(lt.open) > 0
+}
+
+// kill sends SIGKILL and waits for the process to go.
+func (w *workerSlot) kill() {
+	w.mu.Lock()
+	cmd, exited, expected := w.cmd, w.exited, w.expected
+	w.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	expected.Store(true)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// pause stops the process for d, then lets it go on.
+func (w *workerSlot) pause(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd == nil {
+		return
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		w.c.problem("SIGSTOP %s: %v", w.name, err)
+		return
+	}
+	time.Sleep(d)
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		w.c.problem("SIGCONT %s: %v", w.name, err)
+	}
+}
+
+// stop asks the worker to finish (by closing its stdin), waits for it,
+// and adds its counters.
+func (w *workerSlot) stop() {
+	w.mu.Lock()
+	cmd, stdin, exited, expected, stdout := w.cmd, w.stdin, w.exited, w.expected, w.stdout
+	w.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	expected.Store(true)
+	_ = stdin.Close()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		w.c.problem("worker %s did not stop within 30s of its stdin closing", w.name)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		return
+	}
+	if !cmd.ProcessState.Success() {
+		w.c.problem("worker %s stopped with %v: %s", w.name, cmd.ProcessState, w.stderr.String())
+		return
+	}
+	var res struct{ Stats ddblock.Stats }
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		w.c.problem("worker %s printed %q: %v", w.name, stdout.String(), err)
+		return
+	}
+	w.c.addStats(res.Stats)
+}
+
+// killNow is the test's last resort: no worker outlives it.
+func (w *workerSlot) killNow() {
+	w.mu.Lock()
+	cmd, exited, expected := w.cmd, w.exited, w.expected
+	w.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	expected.Store(true)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}

@@ -1,0 +1,164 @@
+// Command worker is one OS process of ddblock's mutual-exclusion checker:
+// it runs a few lock clients, each contending for the same keys as the
+// test's other holders, and writes every verified step to a log file (see
+// internal/mutexcheck). The test that starts it kills it (SIGKILL) and
+// pauses it (SIGSTOP/SIGCONT) at random.
+//
+// It stops cleanly, releasing what it holds, when its standard input
+// closes or it receives SIGTERM; a test that dies therefore never leaves
+// a worker behind. On a clean stop it prints its clients' counters as
+// one JSON line on standard output.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/mutexcheck"
+)
+
+// Result is what a worker prints on a clean stop.
+type Result struct {
+	ID    string        `json:"id"`
+	Stats ddblock.Stats `json:"stats"`
+}
+
+func main() {
+	var (
+		endpoint   = flag.String("endpoint", "", "DynamoDB endpoint (the test's fault proxy)")
+		table      = flag.String("table", "", "lock table")
+		keys       = flag.String("keys", "", "comma-separated partition keys to contend for")
+		clients    = flag.Int("clients", 2, "lock clients (holders) in this process")
+		id         = flag.String("id", "w", "name of this process in the log")
+		logPath    = flag.String("log", "", "event log file")
+		heartbeat  = flag.Duration("heartbeat", 100*time.Millisecond, "heartbeat period")
+		safe       = flag.Duration("safe", 400*time.Millisecond, "safe period")
+		lease      = flag.Duration("lease", 600*time.Millisecond, "lease duration")
+		holdMin    = flag.Duration("hold-min", 5*time.Millisecond, "shortest tenure")
+		holdMax    = flag.Duration("hold-max", 40*time.Millisecond, "longest tenure")
+		longShare  = flag.Float64("long-share", 0.15, "share of long tenures")
+		longMin    = flag.Duration("long-min", 100*time.Millisecond, "shortest long tenure")
+		longMax    = flag.Duration("long-max", time.Second, "longest long tenure")
+		step       = flag.Duration("step", 2*time.Millisecond, "pause between verified steps")
+		retry      = flag.Duration("retry-period", 25*time.Millisecond, "acquire retry period")
+		acqTimeout = flag.Duration("acquire-timeout", 3*time.Second, "deadline of one acquire")
+		attempts   = flag.Int("attempts", 3, "SDK attempts per call")
+		seed       = flag.Uint64("seed", 1, "random seed")
+		flavour    = flag.Int("flavour", 0, "client i uses mutexcheck.Flavours()[(flavour+i) % 3]")
+		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
+	)
+	flag.Parse()
+	hold := mutexcheck.Holder{
+		HoldMin: *holdMin, HoldMax: *holdMax,
+		LongShare: *longShare, LongMin: *longMin, LongMax: *longMax,
+		StepEvery: *step, AcquireTimeout: *acqTimeout,
+		AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(*retry)},
+	}
+	flavours := mutexcheck.Flavours(*skew)
+	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
+		hold, *attempts, *seed, func(i int) mutexcheck.Flavour { return flavours[(*flavour+i)%len(flavours)] }); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
+}
+
+// run starts the clients, each with a copy of the holder settings in
+// hold, and runs them until told to stop.
+func run(endpoint, table, keys string, clients int, id, logPath string, heartbeat, safe, lease time.Duration,
+	hold mutexcheck.Holder, attempts int, seed uint64, flavour func(int) mutexcheck.Flavour) error {
+	if endpoint == "" || table == "" || keys == "" || logPath == "" || clients <= 0 {
+		return fmt.Errorf("-endpoint, -table, -keys, -log and a positive -clients are required")
+	}
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	events := mutexcheck.NewLog(f)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		// The parent holds our stdin open for as long as it wants us.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ddb := ddbtest.NewClient(endpoint, false, attempts)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		runErrs []error
+		all     []*ddblock.Client
+	)
+	for i := range clients {
+		fl := flavour(i)
+		name := fmt.Sprintf("%s/c%d-%s", id, i, fl.Name)
+		c, err := ddblock.New(ddb, append([]ddblock.Option{
+			ddblock.WithTableName(table),
+			ddblock.WithOwnerName(name),
+			ddblock.WithHeartbeatPeriod(heartbeat),
+			ddblock.WithSafePeriod(safe),
+			ddblock.WithLeaseDuration(lease),
+			ddblock.WithLogger(quiet)}, fl.Options...)...)
+		if err != nil {
+			return err
+		}
+		all = append(all, c)
+		h := &mutexcheck.Holder{
+			ID: name, Client: c, Keys: strings.Split(keys, ","), Log: events,
+			HoldMin: hold.HoldMin, HoldMax: hold.HoldMax,
+			LongShare: hold.LongShare, LongMin: hold.LongMin, LongMax: hold.LongMax,
+			StepEvery: hold.StepEvery, AcquireTimeout: hold.AcquireTimeout,
+			AcquireOptions: hold.AcquireOptions,
+			UseWithLock:    i%2 == 1,
+			Seed:           seed*1000 + uint64(i),
+		}
+		wg.Go(func() {
+			if err := h.Run(ctx); err != nil {
+				mu.Lock()
+				runErrs = append(runErrs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	var total ddblock.Stats
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	for _, c := range all {
+		if err := c.Close(cctx, true); err != nil {
+			runErrs = append(runErrs, fmt.Errorf("closing a client: %w", err))
+		}
+		s := c.Stats()
+		total.LateRounds += s.LateRounds
+		total.HeartbeatsSent += s.HeartbeatsSent
+		total.HeartbeatsFailed += s.HeartbeatsFailed
+		total.HeartbeatsSkipped += s.HeartbeatsSkipped
+		total.InDanger += s.InDanger
+		total.Recovered += s.Recovered
+		total.Stolen += s.Stolen
+	}
+	if err := events.Err(); err != nil {
+		runErrs = append(runErrs, fmt.Errorf("writing the log: %w", err))
+	}
+	if len(runErrs) > 0 {
+		return fmt.Errorf("%v", runErrs)
+	}
+	return json.NewEncoder(os.Stdout).Encode(Result{ID: id, Stats: total})
+}
