@@ -18,7 +18,25 @@ TTL attribute, so that DynamoDB deletes abandoned lock items.
 Some local servers (dynalite among them) cannot enable TTL: the table is
 then created and usable, ddblock says so, and exits 0.`
 
+const ensureTableAbout = `
+Makes sure the lock table is there and fits, and is safe to run at every
+deploy: creates the table if it is missing (on demand, unless capacities
+are given), waits until it is ACTIVE, enables TTL where the server can, and
+checks that an existing table has the keys ddblock is configured for,
+saying what differs (exit 64) when it does not.`
+
+func cmdEnsureTable(ctx context.Context, env *environ, args []string) error {
+	return tableCommand(ctx, env, args, true)
+}
+
 func cmdCreateTable(ctx context.Context, env *environ, args []string) error {
+	return tableCommand(ctx, env, args, false)
+}
+
+// tableCommand is create-table, and with ensure, ensure-table: the same
+// flags, but ensure-table defaults to on-demand billing and accepts an
+// existing table with the right keys.
+func tableCommand(ctx context.Context, env *environ, args []string, ensure bool) error {
 	var (
 		conn        connFlags
 		onDemand    bool
@@ -26,15 +44,25 @@ func cmdCreateTable(ctx context.Context, env *environ, args []string) error {
 		poll        time.Duration
 		ifNotExists bool
 	)
-	f := newFlags(env, "create-table", "create-table [flags]", createTableAbout)
+	name, about := "create-table", createTableAbout
+	if ensure {
+		name, about = "ensure-table", ensureTableAbout
+	}
+	f := newFlags(env, name, name+" [flags]", about)
 	conn.register(f)
-	f.BoolVar(&onDemand, "on-demand", false, "PAY_PER_REQUEST billing instead of provisioned capacity")
+	f.BoolVar(&onDemand, "on-demand", false, "PAY_PER_REQUEST billing instead of provisioned capacity\n(ensure-table's default unless a capacity is given)")
 	f.Int64Var(&read, "read-capacity", 5, "provisioned read capacity units")
 	f.Int64Var(&write, "write-capacity", 5, "provisioned write capacity units")
 	f.DurationVar(&poll, "poll-interval", 2*time.Second, "how often to look whether the table is ACTIVE yet")
-	f.BoolVar(&ifNotExists, "if-not-exists", false, "succeed when the table exists already with the same keys\n(then only TTL is enabled, if it is off)")
+	if !ensure {
+		f.BoolVar(&ifNotExists, "if-not-exists", false, "succeed when the table exists already with the same keys\n(then only TTL is enabled, if it is off): the same as ensure-table")
+	}
 	if _, _, err := f.parse(args, 0, false); err != nil {
 		return err
+	}
+	if ensure {
+		ifNotExists = true
+		onDemand = onDemand || !(f.isSet("read-capacity") || f.isSet("write-capacity"))
 	}
 	if onDemand && (f.isSet("read-capacity") || f.isSet("write-capacity")) {
 		return usageError("--on-demand and --read-capacity/--write-capacity exclude each other")

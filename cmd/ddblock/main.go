@@ -97,6 +97,7 @@ func commands() []command {
 		{"get", "show one lock", cmdGet},
 		{"release", "remove a stuck lock, whoever holds it (needs --force)", cmdRelease},
 		{"create-table", "create the lock table", cmdCreateTable},
+		{"ensure-table", "create the lock table if missing, check its keys, enable TTL", cmdEnsureTable},
 		{"demo", "watch two workers share a lock on a local server", cmdDemo},
 	}
 }

@@ -115,6 +115,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		lease, heartbeat, safe, grace time.Duration
 		owner                         string
 		fencing                       bool
+		maxSkew                       time.Duration
 		attrs                         = attrFlag{}
 	)
 	f := newFlags(env, "run", "run [flags] KEY [--] COMMAND [ARG...]", runAbout)
@@ -127,6 +128,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.DurationVar(&grace, "grace", 0, "after the lock is lost, how long between SIGTERM and SIGKILL\n(default half the time between --safe and --lease)")
 	f.StringVar(&owner, "owner", "", "`owner` name written in the lock (default: host name and a random suffix)")
 	f.BoolVar(&fencing, "fencing-token", false, "write a fencing token with the lock and give it to the command as\nDDBLOCK_FENCING_TOKEN (released items then stay in the table, marked released)")
+	f.DurationVar(&maxSkew, "max-clock-skew", 0, "take over a crashed holder's lock as soon as its wall-clock stamp plus its\nlease plus this has passed, instead of watching it for a whole lease; and\nstamp this lock so others can do the same. Safe only if no two hosts'\nclocks differ by more (0: off)")
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
@@ -137,6 +139,9 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		return usageError("missing COMMAND (see ddblock run --help)")
 	}
 	if err := nonNegative("wait", r.wait); err != nil {
+		return err
+	}
+	if err := nonNegative("max-clock-skew", maxSkew); err != nil {
 		return err
 	}
 	tm, err := runTiming(lease, heartbeat, safe, grace, f.isSet("grace"))
@@ -177,6 +182,9 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	}
 	if fencing {
 		opts = append(opts, ddblock.WithFencingTokens())
+	}
+	if maxSkew > 0 {
+		opts = append(opts, ddblock.WithMaxClockSkew(maxSkew))
 	}
 	r.client, err = r.conn.client(ctx, logger(env.stderr), opts...)
 	if err != nil {
@@ -320,6 +328,11 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, gr
 	)
 	if token := lock.FencingToken(); token > 0 {
 		cmd.Env = append(cmd.Env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
+	}
+	if prev := lock.TakenOverFrom(); prev != nil {
+		// The previous holder died holding the lock: the command may need
+		// to clean up after it.
+		cmd.Env = append(cmd.Env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.env.stdin, r.env.stdout, r.env.stderr
 	cmd.SysProcAttr = childSysProcAttr()

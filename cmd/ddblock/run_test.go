@@ -401,3 +401,57 @@ func TestRunFencingToken(t *testing.T) {
 		t.Errorf("fencing token %d after %d", third, second)
 	}
 }
+
+// With --max-clock-skew, a run that arrives after a crashed holder's
+// stamp plus lease plus skew has passed takes the lock at once (even with
+// --wait 0), and its command learns whom it took over from.
+func TestRunFastTakeover(t *testing.T) {
+	f := newFixture(t)
+	skew := []string{"--max-clock-skew", "100ms"}
+	marks := filepath.Join(t.TempDir(), "marks")
+	a := f.start("run", append(append(slices.Clone(timingFlags), skew...), "--owner", "crashed", "job", "--",
+		"sh", "-c", markScript("start")+"; exec sleep 60", "sh", "A", marks)...)
+	eventually(t, "A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
+	childPid := readMarkers(t, marks)[0].pid
+	t.Cleanup(func() {
+		if !processGone(childPid) {
+			_ = syscall.Kill(childPid, syscall.SIGKILL)
+		}
+	})
+	a.signal(syscall.SIGKILL)
+	a.wait()
+	// Without the option, a newcomer must watch the dead lock for a lease.
+	if r := f.run("run", append(slices.Clone(timingFlags), "--wait", "0", "job", "--", "true")...); r.code != exitBusy {
+		t.Fatalf("without --max-clock-skew, right after the crash: want exit %d: %v", exitBusy, r)
+	}
+	// Past the stamp + lease + skew the newcomer needs no watching. (The
+	// lease itself must pass: this waits on the real clock of processes.)
+	time.Sleep(testLease + 300*time.Millisecond)
+	out := filepath.Join(t.TempDir(), "from")
+	r := f.run("run", append(append(slices.Clone(timingFlags), skew...), "--wait", "0", "job", "--",
+		"sh", "-c", `echo "$DDBLOCK_TAKEN_OVER_FROM" > "$1"`, "sh", out)...)
+	if r.code != 0 {
+		t.Fatalf("with --max-clock-skew after the stamp aged: %v", r)
+	}
+	if got := strings.TrimSpace(readFile(t, out)); got != "crashed" {
+		t.Errorf("DDBLOCK_TAKEN_OVER_FROM=%q; want crashed", got)
+	}
+}
+
+// ensure-table creates a missing table on demand, accepts it the next
+// time, and refuses one with other keys, saying what differs.
+func TestEnsureTable(t *testing.T) {
+	f := newFixture(t)
+	f.table += "_new"
+	r := f.run("ensure-table", "--poll-interval", "10ms")
+	if r.code != 0 || !strings.Contains(r.stdout, "created") || !strings.Contains(r.stdout, "on-demand") {
+		t.Fatalf("ensure-table of a missing table: %v", r)
+	}
+	if r := f.run("ensure-table"); r.code != 0 || !strings.Contains(r.stdout, "exists already") {
+		t.Errorf("ensure-table again: %v", r)
+	}
+	r = f.run("ensure-table", "--partition-key-name", "id")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `partition key is "lock_key", want "id"`) {
+		t.Errorf("ensure-table with other keys: %v", r)
+	}
+}
