@@ -1,5 +1,5 @@
 # The two commands of the README's quick start.
-DYNALITE := internal/ddbtest/testdata/dynalite
+DYNALITE := internal/dynalite/testdata/dynalite
 
 .PHONY: test demo deps fuzz
 

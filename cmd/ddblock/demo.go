@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/dynalite"
 )
 
 const demoAbout = `
@@ -57,7 +57,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 	}()
 
 	fmt.Fprintln(env.stdout, "ddblock demo: starting a local DynamoDB-compatible server (dynalite)...")
-	srv, err := ddbtest.Start()
+	srv, err := dynalite.Start()
 	if err != nil {
 		return fail(exitUnavailable, "%v", err)
 	}
@@ -67,7 +67,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 
 	d := &demo{
 		out:   env.stdout,
-		ddb:   ddbtest.NewClient(srv.Endpoint, srv.External, 0),
+		ddb:   dynalite.NewClient(srv.Endpoint, srv.External, 0),
 		table: "ddblock-demo",
 		quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
