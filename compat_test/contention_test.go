@@ -30,8 +30,8 @@ import (
 //   - race: both sides ask for a free lock at the same moment; one wins,
 //     the other waits for its release.
 //
-// Every hold is recorded as an interval, from the moment the acquire
-// returned to the moment the holder stopped working (it released, died,
+// Every hold is recorded as an interval, from the moment the winning put
+// was sent to the moment the holder stopped working (it released, died,
 // or was told its lock was lost); no two intervals may overlap. In every
 // round the side that does not hold the lock reads the holder's item and
 // must see its owner and additional attributes.
@@ -166,14 +166,14 @@ func (f *fleet) run(round int, kind string, holderSide side) {
 	if err != nil {
 		t.Fatalf("%s: acquire: %v", hName, err)
 	}
-	hStart := time.Now()
+	hStart := h.acquiredAt()
 	f.checkRead(w.side(), h.owner(), hAttrs, hName)
 
 	wAttrs := roundAttrs(w.side(), round, kind)
 	wres := make(chan acquired, 1)
 	go func() {
 		l, err := w.acquire(ctx, f.pk, f.sk, wAttrs)
-		wres <- acquired{lock: l, err: err, at: time.Now()}
+		wres <- acquired{lock: l, err: err}
 	}()
 
 	var holdFor time.Duration
@@ -212,13 +212,13 @@ func (f *fleet) run(round int, kind string, holderSide side) {
 		}
 		f.heldThroughHeartbeats[h.side()]++
 	case kind == "abandon":
-		if waited := got.at.Sub(h.lastWrite()); waited < h.lease() {
+		if waited := w.acquiredAt().Sub(h.lastWrite()); waited < h.lease() {
 			t.Errorf("%s took over %v after %s's last write; its lease is %v", wName, waited, hName, h.lease())
 		}
 	}
 	f.checkRead(h.side(), w.owner(), wAttrs, wName)
 	wEnd, wLost := work(got.lock, 30*time.Millisecond)
-	f.record(wName, got.at, wEnd)
+	f.record(wName, w.acquiredAt(), wEnd)
 	if err := got.lock.release(ctx); err != nil && !wLost {
 		t.Errorf("%s: release: %v", wName, err)
 	}
@@ -238,7 +238,7 @@ func (f *fleet) race(round int, first side) {
 		go func() {
 			<-ready
 			l, err := c.acquire(ctx, f.pk, f.sk, roundAttrs(c.side(), round, "race"))
-			res <- acquired{lock: l, err: err, at: time.Now(), who: i}
+			res <- acquired{lock: l, err: err, who: i}
 		}()
 	}
 	close(ready)
@@ -256,7 +256,7 @@ func (f *fleet) race(round int, first side) {
 		}
 		f.checkRead(c.side().other(), c.owner(), roundAttrs(c.side(), round, "race"), name)
 		end, lost := work(got.lock, 100*time.Millisecond)
-		f.record(name, got.at, end)
+		f.record(name, c.acquiredAt(), end)
 		if err := got.lock.release(ctx); err != nil && !lost {
 			t.Errorf("%s: release: %v", name, err)
 		}
@@ -270,7 +270,6 @@ func (f *fleet) race(round int, first side) {
 type acquired struct {
 	lock holding
 	err  error
-	at   time.Time
 	who  int
 }
 
@@ -334,6 +333,8 @@ type contender interface {
 	// lastWrite is when the client sent its last write that may have
 	// landed (anything but a failed condition).
 	lastWrite() time.Time
+	// acquiredAt is when the client sent the put that won the lock.
+	acquiredAt() time.Time
 	// heartbeats counts successful heartbeats.
 	heartbeats() int
 }
@@ -364,7 +365,8 @@ func (f *fleet) contender(s side) contender {
 type writeTap struct {
 	ddblock.DynamoDBAPI
 	mu      sync.Mutex
-	last    time.Time
+	last    time.Time // sent: the last write that may have landed
+	putOK   time.Time // sent: the last put that succeeded
 	updates int
 }
 
@@ -377,6 +379,18 @@ func (w *writeTap) wrote(sent time.Time, err error, update bool) {
 	if err == nil && update {
 		w.updates++
 	}
+	if err == nil && !update {
+		w.putOK = sent
+	}
+}
+
+// acquiredAt is when the put that won the lock was sent: the earliest
+// moment the client can have held it, so that hold intervals and takeover
+// delays measured from it are as strict as they can be.
+func (w *writeTap) acquiredAt() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.putOK
 }
 
 func (w *writeTap) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
@@ -411,11 +425,12 @@ type goContender struct {
 	tap *writeTap
 }
 
-func (g *goContender) side() side           { return goSide }
-func (g *goContender) owner() string        { return g.c.Options().OwnerName }
-func (g *goContender) lease() time.Duration { return g.c.Options().LeaseDuration }
-func (g *goContender) lastWrite() time.Time { return g.tap.lastWrite() }
-func (g *goContender) heartbeats() int      { return g.tap.heartbeats() }
+func (g *goContender) side() side            { return goSide }
+func (g *goContender) owner() string         { return g.c.Options().OwnerName }
+func (g *goContender) lease() time.Duration  { return g.c.Options().LeaseDuration }
+func (g *goContender) lastWrite() time.Time  { return g.tap.lastWrite() }
+func (g *goContender) acquiredAt() time.Time { return g.tap.acquiredAt() }
+func (g *goContender) heartbeats() int       { return g.tap.heartbeats() }
 
 func (g *goContender) acquire(ctx context.Context, pk, sk string, attrs map[string]types.AttributeValue) (holding, error) {
 	l, err := g.c.AcquireLock(ctx, pk, ddblock.WithSortKey(sk), ddblock.WithAdditionalAttributes(attrs), ddblock.WithRetryTimeout(waitLimit))
@@ -444,12 +459,13 @@ type pyContender struct {
 	tap *writeTap
 }
 
-func (p *pyContender) side() side           { return pySide }
-func (p *pyContender) owner() string        { return p.c.owner }
-func (p *pyContender) lease() time.Duration { return p.c.cfg.LeaseDuration }
-func (p *pyContender) lastWrite() time.Time { return p.tap.lastWrite() }
-func (p *pyContender) heartbeats() int      { return p.tap.heartbeats() }
-func (p *pyContender) abandon()             { p.c.close(false) }
+func (p *pyContender) side() side            { return pySide }
+func (p *pyContender) owner() string         { return p.c.owner }
+func (p *pyContender) lease() time.Duration  { return p.c.cfg.LeaseDuration }
+func (p *pyContender) lastWrite() time.Time  { return p.tap.lastWrite() }
+func (p *pyContender) acquiredAt() time.Time { return p.tap.acquiredAt() }
+func (p *pyContender) heartbeats() int       { return p.tap.heartbeats() }
+func (p *pyContender) abandon()              { p.c.close(false) }
 
 func (p *pyContender) acquire(ctx context.Context, pk, sk string, attrs map[string]types.AttributeValue) (holding, error) {
 	h := &pyHolding{c: p.c, lostCh: make(chan struct{})}
