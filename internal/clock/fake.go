@@ -20,9 +20,12 @@ type Fake struct {
 	changed  chan struct{} // closed and replaced whenever timers change
 }
 
-// NewFake returns a fake clock whose wall time starts at wall.
+// NewFake returns a fake clock whose wall time starts at wall. Its
+// monotonic reading starts at one hour, not zero, so that code which
+// subtracts from it never needs a reading before the origin.
 func NewFake(wall time.Time) *Fake {
-	return &Fake{wallBase: wall, changed: make(chan struct{}), mono: time.Hour}
+	const monoStart = time.Hour
+	return &Fake{wallBase: wall.Add(-monoStart), changed: make(chan struct{}), mono: monoStart}
 }
 
 // Now returns the fake wall time.
