@@ -199,7 +199,6 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 		l.rvn, l.expiry, l.lastHeartbeat = newRVN, expiry, sent
 		if l.status == StatusInDanger {
 			l.status = StatusLocked
-			l.inDanger = false
 			c.stats.recovered.Add(1)
 			c.opts.Metrics.LockRecovered()
 			c.callbacks.enqueue(l, CodeLockRecovered)

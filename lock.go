@@ -61,7 +61,6 @@ type Lock struct {
 	rvn           string
 	expiry        time.Time
 	lastHeartbeat time.Duration // monotonic
-	inDanger      bool          // a danger episode is open
 	hbDone        chan struct{} // non-nil while a heartbeat is in flight
 	done          chan struct{}
 	err           error
@@ -234,7 +233,6 @@ func (l *Lock) checkDangerLocked(now time.Duration) bool {
 		return false
 	}
 	l.status = StatusInDanger
-	l.inDanger = true
 	l.finishLocked(l.lockError(CodeLockInDanger, "no successful heartbeat within the safe period", nil))
 	l.client.stats.inDanger.Add(1)
 	l.client.opts.Metrics.LockInDanger()
