@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ddblock/ddblock"
@@ -15,12 +14,11 @@ import (
 func TestAcquireReleaseUncontended(t *testing.T) {
 	e := newEnv(t)
 	calls := newCounting(e.ddb)
-	c := e.client(ddblock.WithOwnerName("me"))
-	_ = c
-	c2 := e.clientOn(calls, ddblock.WithOwnerName("owner-1"))
+	c := e.client(ddblock.WithOwnerName("reader"))
+	holder := e.clientOn(calls, ddblock.WithOwnerName("owner-1"))
 	ctx := context.Background()
 
-	lock, err := c2.AcquireLock(ctx, "job")
+	lock, err := holder.AcquireLock(ctx, "job")
 	if err != nil {
 		t.Fatalf("AcquireLock: %v", err)
 	}
@@ -64,5 +62,4 @@ func TestAcquireReleaseUncontended(t *testing.T) {
 	if _, err := c.GetLock(ctx, "job", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
 		t.Errorf("GetLock after release: %v, want LOCK_NOT_FOUND", err)
 	}
-	_ = types.AttributeValueMemberS{}
 }
