@@ -73,7 +73,7 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			log.Acquired("a#1", "k", mutexcheck.Now(), lockA.RecordVersionNumber(), lockA.FencingToken())
+			log.Acquired("a#1", "k", mutexcheck.Now(), lockA.RecordVersionNumber(), lockA.FencingToken(), "")
 			p.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole}) // a is cut off
 
 			aDone := make(chan struct{})
@@ -95,7 +95,7 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			log.Acquired("b#1", "k", mutexcheck.Now(), lockB.RecordVersionNumber(), lockB.FencingToken())
+			log.Acquired("b#1", "k", mutexcheck.Now(), lockB.RecordVersionNumber(), lockB.FencingToken(), takenFrom(lockB))
 			for range 20 {
 				tb := mutexcheck.Now()
 				if lockB.Err() != nil {
@@ -123,4 +123,31 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Known issue (an experiment, opt-in): WithLock's function context is
+// cancelled by the client's monitor goroutine when the lock goes into
+// danger. When a paused process resumes (SIGCONT, a long GC pause, a
+// frozen VM), the holder's goroutine may run before the monitor does and
+// see ctx.Err() == nil although the safe period has long passed; only
+// Lock.Err() checks the clock itself. Holders here trust the context
+// alone, and workers are paused past the lease while they hold locks.
+// If the checker finds overlaps, the context alone is not a safe guard.
+func TestKnownIssueWithLockContextAfterPause(t *testing.T) {
+	knownIssue(t, "lock.go Context / WithLock: the fn context lags the clock after a pause")
+	cfg := defaultChaos(20 * time.Second)
+	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 2, 2, 2
+	cfg.FaultEvery, cfg.AbandonEvery = time.Hour, time.Hour
+	cfg.ProcEvery, cfg.PausesOnly, cfg.TrustContext = 300*time.Millisecond, true, true
+	cfg.LongShare = 0.5
+	res := runChaos(t, cfg)
+	t.Logf("\n%s", res.Summary())
+}
+
+// takenFrom names the owner of the held item lock took over, if any.
+func takenFrom(lock *ddblock.Lock) string {
+	if prev := lock.TakenOverFrom(); prev != nil {
+		return prev.OwnerName
+	}
+	return ""
 }

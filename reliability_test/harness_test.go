@@ -50,7 +50,11 @@ type chaosConfig struct {
 	// MaxClockSkew is the fast flavour's setting (see
 	// mutexcheck.Flavours).
 	MaxClockSkew time.Duration
-	Seed         uint64
+	// PausesOnly makes the disturber pause workers and never kill them;
+	// TrustContext makes the workers' WithLock holders check only their
+	// function's context (see mutexcheck.Holder.TrustContext).
+	PausesOnly, TrustContext bool
+	Seed                     uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
@@ -388,7 +392,7 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 		if w.waitHolding(ctx, time.Second) {
 			time.Sleep(between(rng, 0, 30*time.Millisecond))
 		}
-		if n%3 == 1 {
+		if n%3 == 1 && !c.cfg.PausesOnly {
 			w.kill()
 			c.kills.Add(1)
 			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
@@ -542,6 +546,7 @@ func (w *workerSlot) start() {
 		"-retry-period", cfg.RetryPeriod.String(),
 		"-attempts", fmt.Sprint(cfg.Attempts),
 		"-flavour", fmt.Sprint(w.flavour), "-max-clock-skew", cfg.MaxClockSkew.String(),
+		fmt.Sprintf("-trust-context=%v", cfg.TrustContext),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
 	stdin, err := cmd.StdinPipe()

@@ -44,6 +44,9 @@ type Tenure struct {
 	// Token its fencing token (0: none).
 	RVN   string
 	Token int64
+	// TakenFrom is the owner of the held item the acquire took over, or
+	// empty when the key was free or released.
+	TakenFrom string
 	// Acquired is when AcquireLock returned; First and Last are the first
 	// and last verified steps (zero when there were none).
 	Acquired, First, Last int64
@@ -62,8 +65,12 @@ func (t Tenure) String() string {
 	if t.EndReason != "" {
 		end = fmt.Sprintf("ended %d (%s), release %q", t.End, t.EndReason, t.Released)
 	}
-	return fmt.Sprintf("%s on %q rvn %s token %d: acquired %d, %d steps %d..%d (%v), %s",
-		t.ID, t.Key, t.RVN, t.Token, t.Acquired, t.Steps, t.First, t.Last, time.Duration(t.Last-t.First), end)
+	from := ""
+	if t.TakenFrom != "" {
+		from = " from " + t.TakenFrom
+	}
+	return fmt.Sprintf("%s on %q rvn %s token %d: acquired %d%s, %d steps %d..%d (%v), %s",
+		t.ID, t.Key, t.RVN, t.Token, t.Acquired, from, t.Steps, t.First, t.Last, time.Duration(t.Last-t.First), end)
 }
 
 // Violation is two tenures of one key whose working intervals overlap.
@@ -88,15 +95,13 @@ type Report struct {
 	Acquisitions, Tenures, Steps int
 	// Handoffs counts the times a key passed from one tenure to the next.
 	Handoffs int
-	// Takeovers counts handoffs after a tenure whose lock was not
-	// released: its holder was killed, abandoned its client, had the
-	// lock stolen, or its release failed. The next holder had to wait
-	// out the lease (unless a failed release did land after all).
-	// Handoffs after a release of unknown outcome (WithLock's) are not
-	// counted.
+	// Takeovers counts working tenures whose acquire took over an item
+	// that was still held (by a holder killed, paused, cut off, or whose
+	// release failed): the acquirer waited out the lease, or judged it
+	// passed by the holder's wall-clock stamp.
 	Takeovers int
 	// MinTakeoverGap is the shortest time, over takeovers, between the
-	// previous tenure's last step and the next tenure's first: the
+	// previous working tenure's last step and the taker's first: the
 	// closest a takeover came to an overlap.
 	MinTakeoverGap time.Duration
 	// Closest is that closest takeover: the previous tenure, then the
@@ -136,7 +141,7 @@ func Check(events []Event) Report {
 				r.Problems = append(r.Problems, "tenure "+ev.Tenure+" acquired twice")
 				continue
 			}
-			tenures[ev.Tenure] = &Tenure{ID: ev.Tenure, Key: ev.Key, RVN: ev.Note, Token: ev.Token, Acquired: ev.T}
+			tenures[ev.Tenure] = &Tenure{ID: ev.Tenure, Key: ev.Key, RVN: ev.Note, Token: ev.Token, TakenFrom: ev.Detail, Acquired: ev.T}
 			r.MaxToken[ev.Key] = max(r.MaxToken[ev.Key], ev.Token)
 			r.Acquisitions++
 		case Step:
@@ -217,7 +222,7 @@ func Check(events []Event) Report {
 						Key: key, A: *reach, B: *t,
 						Overlap: time.Duration(min(reach.Last, t.Last) - t.First),
 					})
-				} else if reach.Released != "ok" && reach.Released != "unknown" {
+				} else if t.TakenFrom != "" {
 					r.Takeovers++
 					if gap := time.Duration(t.First - reach.Last); r.MinTakeoverGap < 0 || gap < r.MinTakeoverGap {
 						r.MinTakeoverGap = gap
@@ -241,9 +246,9 @@ const CodeUnclear = "UNCLEAR"
 func (r Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "keys %d, acquisitions %d, working tenures %d, verified steps %d\n", r.Keys, r.Acquisitions, r.Tenures, r.Steps)
-	fmt.Fprintf(&b, "handoffs %d, of which %d after a holder that did not release (killed, abandoned, stolen, failed release)", r.Handoffs, r.Takeovers)
+	fmt.Fprintf(&b, "handoffs %d, of which %d took over a lock still held (its holder killed, paused, cut off, or its release failed)", r.Handoffs, r.Takeovers)
 	if r.MinTakeoverGap >= 0 {
-		fmt.Fprintf(&b, "; closest of those: %v from the previous holder's last verified step to the next one's first", r.MinTakeoverGap)
+		fmt.Fprintf(&b, "; closest: %v from the previous holder's last verified step to the taker's first", r.MinTakeoverGap)
 	}
 	b.WriteString("\n")
 	if r.MinTakeoverGap >= 0 {

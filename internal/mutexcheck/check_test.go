@@ -33,7 +33,11 @@ func tenure(l *Log, id, key string, end string, steps ...int64) {
 }
 
 func fencedTenure(l *Log, id, key string, token int64, end string, steps ...int64) {
-	l.Acquired(id, key, steps[0]-1, "rvn-"+id, token)
+	takenFrom := ""
+	if strings.HasPrefix(id, "c") {
+		takenFrom = "someone" // c-holders take over a held item
+	}
+	l.Acquired(id, key, steps[0]-1, "rvn-"+id, token, takenFrom)
 	for _, s := range steps {
 		l.Step(id, s)
 	}
@@ -49,9 +53,9 @@ func TestCheckDisjointTenures(t *testing.T) {
 	events := logOf(t, func(l *Log) {
 		tenure(l, "a#1", "k", "done", 10, 20, 30)
 		tenure(l, "b#1", "k", "LOCK_IN_DANGER", 40, 50)
-		tenure(l, "c#1", "k", "done", 250, 260) // a takeover 200 after b's last step
-		tenure(l, "a#2", "other", "", 15, 25)   // killed: no end record
-		l.Acquired("d#1", "k", 300, "rvn", 0)   // acquired, never worked
+		tenure(l, "c#1", "k", "done", 250, 260)   // a takeover 200 after b's last step
+		tenure(l, "a#2", "other", "", 15, 25)     // killed: no end record
+		l.Acquired("d#1", "k", 300, "rvn", 0, "") // acquired, never worked
 		l.Ended("d#1", 301, "LOCK_IN_DANGER")
 		l.Failure("a", "acquire", 5, "ACQUIRE_TIMEOUT", "ddblock: ACQUIRE_TIMEOUT: not acquired")
 	})
@@ -129,11 +133,11 @@ func TestCheckUnclearAndProblems(t *testing.T) {
 }
 
 func TestParseTornAndBadLines(t *testing.T) {
-	events, err := Parse(strings.NewReader("A a#1 k 1 rvn 0\nS a#1 2\nS a#1 3")) // killed mid-line
+	events, err := Parse(strings.NewReader("A a#1 k 1 rvn 0 -\nS a#1 2\nS a#1 3")) // killed mid-line
 	if err != nil || len(events) != 2 {
 		t.Errorf("Parse of a torn log = %d events, %v; want 2, nil", len(events), err)
 	}
-	for _, bad := range []string{"Q a 1\n", "S a#1\n", "S a#1 x\n", "\n", "A a#1 k 1 rvn\n", "A a#1 k 1 rvn x\n"} {
+	for _, bad := range []string{"Q a 1\n", "S a#1\n", "S a#1 x\n", "\n", "A a#1 k 1 rvn 0\n", "A a#1 k 1 rvn x -\n"} {
 		if _, err := Parse(strings.NewReader(bad + "S a#1 4\n")); err == nil {
 			t.Errorf("Parse(%q) accepted a malformed line", bad)
 		}

@@ -42,6 +42,11 @@ type Holder struct {
 	// function's context and Lock.Err() at each step, instead of
 	// AcquireLock, a step loop and Release.
 	UseWithLock bool
+	// TrustContext, with UseWithLock, checks only the function's context
+	// at each step, not Lock.Err(): it shows whether the context alone is
+	// a safe guard (it is cancelled by the client's monitor, which may
+	// run after the holder when a paused process resumes).
+	TrustContext bool
 	// Seed seeds the holder's random choices.
 	Seed uint64
 
@@ -150,7 +155,11 @@ func (h *Holder) work(ctx, lctx context.Context, lock *ddblock.Lock, key string,
 	h.tenures++
 	tenure := fmt.Sprintf("%s#%d", h.ID, h.tenures)
 	start := Now()
-	h.Log.Acquired(tenure, key, start, lock.RecordVersionNumber(), lock.FencingToken())
+	from := ""
+	if prev := lock.TakenOverFrom(); prev != nil {
+		from = prev.OwnerName
+	}
+	h.Log.Acquired(tenure, key, start, lock.RecordVersionNumber(), lock.FencingToken(), from)
 	deadline := start + int64(hold)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -163,6 +172,10 @@ func (h *Holder) work(ctx, lctx context.Context, lock *ddblock.Lock, key string,
 		switch {
 		case ctx.Err() != nil:
 			reason = "stopped"
+		case lctx != nil && h.TrustContext:
+			if lctx.Err() != nil {
+				reason = "fn-context-" + string(ddblock.CodeOf(context.Cause(lctx)))
+			}
 		case lock.Err() != nil:
 			reason = string(ddblock.CodeOf(lock.Err()))
 		case lctx != nil && lctx.Err() != nil:

@@ -16,8 +16,9 @@ type EventKind byte
 // The kinds of event.
 const (
 	// Acquired: a holder got the lock on Key; Tenure names this holding
-	// from now on, Note is the record version number it wrote and Token
-	// its fencing token (0 when it has none).
+	// from now on, Note is the record version number it wrote, Token its
+	// fencing token (0 when it has none), and Detail the owner of the
+	// held item it took over ("" when the key was free or released).
 	Acquired EventKind = 'A'
 	// Step: the holder checked that its lock was safe (Lock.Err() == nil)
 	// and works; T was read just before that check.
@@ -79,9 +80,10 @@ func (l *Log) write(line string) {
 }
 
 // Acquired records that tenure began: the lock on key was acquired at t
-// with record version number rvn and fencing token token.
-func (l *Log) Acquired(tenure, key string, t int64, rvn string, token int64) {
-	l.write(fmt.Sprintf("A %s %s %d %s %d\n", word(tenure), word(key), t, word(rvn), token))
+// with record version number rvn and fencing token token, taking over a
+// held item of takenFrom (empty when it took a free or released key).
+func (l *Log) Acquired(tenure, key string, t int64, rvn string, token int64, takenFrom string) {
+	l.write(fmt.Sprintf("A %s %s %d %s %d %s\n", word(tenure), word(key), t, word(rvn), token, word(takenFrom)))
 }
 
 // Step records a verified step of tenure at t.
@@ -141,7 +143,7 @@ func parseLine(line string) (Event, error) {
 		return Event{}, errors.New("no event kind")
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
-	want := map[EventKind]int{Acquired: 6, Step: 3, Ended: 4, Released: 4, Failure: 5}[ev.Kind]
+	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
 	}
@@ -157,6 +159,9 @@ func parseLine(line string) (Event, error) {
 			return Event{}, fmt.Errorf("token %q: %w", f[5], err)
 		}
 		ev.Token = token
+		if f[6] != "-" {
+			ev.Detail = f[6]
+		}
 	case Step:
 		ev.Tenure, tField = f[1], f[2]
 	case Ended, Released:

@@ -58,6 +58,7 @@ func main() {
 		seed       = flag.Uint64("seed", 1, "random seed")
 		flavour    = flag.Int("flavour", 0, "client i uses mutexcheck.Flavours()[(flavour+i) % 3]")
 		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
+		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
 	)
 	flag.Parse()
 	hold := mutexcheck.Holder{
@@ -65,6 +66,7 @@ func main() {
 		LongShare: *longShare, LongMin: *longMin, LongMax: *longMax,
 		StepEvery: *step, AcquireTimeout: *acqTimeout,
 		AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(*retry)},
+		TrustContext:   *trustCtx,
 	}
 	flavours := mutexcheck.Flavours(*skew)
 	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
@@ -126,6 +128,7 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			StepEvery: hold.StepEvery, AcquireTimeout: hold.AcquireTimeout,
 			AcquireOptions: hold.AcquireOptions,
 			UseWithLock:    i%2 == 1,
+			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
 		}
 		wg.Go(func() {
