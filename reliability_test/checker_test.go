@@ -136,9 +136,10 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 func TestKnownIssueWithLockContextAfterPause(t *testing.T) {
 	knownIssue(t, "lock.go Context / WithLock: the fn context lags the clock after a pause")
 	cfg := defaultChaos(20 * time.Second)
-	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 2, 2, 2
+	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 4, 2, 2
 	cfg.FaultEvery, cfg.AbandonEvery = time.Hour, time.Hour
 	cfg.ProcEvery, cfg.PausesOnly, cfg.TrustContext = 300*time.Millisecond, true, true
+	cfg.PauseMin, cfg.PauseMax = cfg.Lease+200*time.Millisecond, cfg.Lease+800*time.Millisecond
 	cfg.LongShare = 0.5
 	res := runChaos(t, cfg)
 	t.Logf("\n%s", res.Summary())

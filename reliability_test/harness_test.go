@@ -50,6 +50,9 @@ type chaosConfig struct {
 	// MaxClockSkew is the fast flavour's setting (see
 	// mutexcheck.Flavours).
 	MaxClockSkew time.Duration
+	// PauseMin and PauseMax bound a SIGSTOP (zero: from the heartbeat
+	// period to twice the lease plus the safe period).
+	PauseMin, PauseMax time.Duration
 	// PausesOnly makes the disturber pause workers and never kill them;
 	// TrustContext makes the workers' WithLock holders check only their
 	// function's context (see mutexcheck.Holder.TrustContext).
@@ -399,7 +402,11 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 			w.start()
 			continue
 		}
-		d := between(rng, c.cfg.Heartbeat, 2*c.cfg.Lease+c.cfg.Safe)
+		lo, hi := c.cfg.PauseMin, c.cfg.PauseMax
+		if hi == 0 {
+			lo, hi = c.cfg.Heartbeat, 2*c.cfg.Lease+c.cfg.Safe
+		}
+		d := between(rng, lo, hi)
 		w.pause(d)
 		c.pauses.Add(1)
 		if d > c.cfg.Lease {

@@ -112,6 +112,12 @@ type Report struct {
 	Ends map[string]int
 	// Failures counts failed calls by "op CODE".
 	Failures map[string]int
+	// StolenAfterDone counts releases that said LOCK_STOLEN right after a
+	// tenure that ended by choice: its last step had just verified the
+	// lock, so unless the process was paused between that step and the
+	// release, nobody can have taken it (a takeover needs a lease), and
+	// the release's own delete must have landed.
+	StolenAfterDone int
 	// Unclear lists failures that were not a *ddblock.Error with a known
 	// code: every fault must end in a clear error.
 	Unclear []Event
@@ -193,6 +199,9 @@ func Check(events []Event) Report {
 		if t.Steps > 0 && t.EndReason != "" && t.Last > t.End {
 			r.Problems = append(r.Problems, "tenure "+t.ID+" stepped after it ended")
 		}
+		if t.EndReason == "done" && t.Released == "LOCK_STOLEN" {
+			r.StolenAfterDone++
+		}
 		byKey[t.Key] = append(byKey[t.Key], t)
 	}
 	r.Keys = len(byKey)
@@ -256,6 +265,7 @@ func (r Report) Summary() string {
 	}
 	fmt.Fprintf(&b, "tenure ends: %s\n", formatCounts(r.Ends))
 	fmt.Fprintf(&b, "failed calls: %s\n", formatCounts(r.Failures))
+	fmt.Fprintf(&b, "releases that said LOCK_STOLEN right after a tenure ended by choice: %d\n", r.StolenAfterDone)
 	fmt.Fprintf(&b, "tenures with a fencing token %d, tokens out of order %d\n", r.Fenced, len(r.FencingViolations))
 	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
 	return b.String()

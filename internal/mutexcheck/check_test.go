@@ -58,6 +58,7 @@ func TestCheckDisjointTenures(t *testing.T) {
 		l.Acquired("d#1", "k", 300, "rvn", 0, "") // acquired, never worked
 		l.Ended("d#1", 301, "LOCK_IN_DANGER")
 		l.Failure("a", "acquire", 5, "ACQUIRE_TIMEOUT", "ddblock: ACQUIRE_TIMEOUT: not acquired")
+		l.Released("c#1", 262, "LOCK_STOLEN") // overrides c#1's "ok": a release whose delete landed
 	})
 	r := Check(events)
 	if len(r.Violations) != 0 || len(r.Problems) != 0 || len(r.Unclear) != 0 {
@@ -67,9 +68,10 @@ func TestCheckDisjointTenures(t *testing.T) {
 		Keys: 2, Acquisitions: 5, Tenures: 4, Steps: 9,
 		Handoffs:  3, // a#1 → b#1 → c#1 → d#1 on k
 		Takeovers: 1, MinTakeoverGap: 200,
-		Ends:     map[string]int{"done": 2, "LOCK_IN_DANGER": 2, "killed": 1},
-		MaxToken: map[string]int64{"k": 0, "other": 0},
-		Failures: map[string]int{"acquire ACQUIRE_TIMEOUT": 1},
+		Ends:            map[string]int{"done": 2, "LOCK_IN_DANGER": 2, "killed": 1},
+		MaxToken:        map[string]int64{"k": 0, "other": 0},
+		StolenAfterDone: 1,
+		Failures:        map[string]int{"acquire ACQUIRE_TIMEOUT": 1},
 	}
 	if diff := cmp.Diff(want, r, cmpopts.IgnoreFields(Report{}, "Closest")); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
