@@ -28,7 +28,9 @@ func TestMutualExclusion(t *testing.T) {
 		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
 			res.faults(), res.Kills, res.Pauses, res.Abandons)
 	}
-	if rep.Handoffs < 200 {
+	// A floor far below the ~300 handoffs of a normal run: it catches a
+	// run that did nothing, not a slow machine.
+	if rep.Handoffs < 50 {
 		t.Errorf("only %d handoffs: too little contention to show anything", rep.Handoffs)
 	}
 	if rep.Takeovers == 0 {

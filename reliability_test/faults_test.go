@@ -275,8 +275,8 @@ func TestHeartbeatGivesUp(t *testing.T) {
 			}
 			f.Remove()
 			eventually(t, 10*time.Second, "the lock to recover", func() bool { return lock.Status() == ddblock.StatusLocked })
-			if s := c.Stats(); s.Recovered != 1 {
-				t.Errorf("stats %+v: want one recovery", s)
+			if s := c.Stats(); s.Recovered < 1 {
+				t.Errorf("stats %+v: want a recovery", s)
 			}
 			wantCode(t, lock.Err(), ddblock.CodeLockInDanger)
 		})

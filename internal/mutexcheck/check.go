@@ -60,6 +60,7 @@ type Tenure struct {
 	Released string
 }
 
+// String describes the tenure on one line, for violation reports.
 func (t Tenure) String() string {
 	end := "no end record (killed)"
 	if t.EndReason != "" {
@@ -82,6 +83,7 @@ type Violation struct {
 	Overlap time.Duration
 }
 
+// String describes both tenures of the violation.
 func (v Violation) String() string {
 	return fmt.Sprintf("key %q: overlap of %v\n  A: %s\n  B: %s", v.Key, v.Overlap, v.A, v.B)
 }
