@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -38,7 +39,10 @@ const (
 // without watching it first. What the client has seen of a lock is
 // remembered across calls ([Options.MaxObservations]).
 //
-// It ends with CodeAcquireTimeout after the retry timeout (or at ctx's
+// Failures worth another try (throttling, server errors, timeouts, lost
+// connections) are retried like a held lock, within the retry timeout;
+// if the last attempt still failed so, that failure is returned. It ends
+// with CodeAcquireTimeout after the retry timeout (or at ctx's
 // deadline), CodeCanceled when ctx is cancelled, CodeClientShutdown when
 // the client is closed, CodeInvalidArgument for bad arguments,
 // CodeTableNotFound or CodeTableMismatch when the table is missing or has
@@ -137,6 +141,7 @@ type acquisition struct {
 	seen     *LockInfo
 	seenAt   time.Duration
 	attempts int
+	lastErr  error // the last attempt's transient failure, if it failed
 }
 
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {
@@ -150,18 +155,28 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		}
 		a.attempts++
 		lock, err := a.attempt(ctx)
-		if lock != nil || err != nil {
-			return lock, err
+		switch {
+		case lock != nil:
+			return lock, nil
+		case err != nil && !transient(err):
+			return nil, err
+		case err != nil:
+			// Throttled, a server error, a lost connection: try again at
+			// the next retry, within the retry timeout.
+			a.lastErr = err
+			c.log.Warn("ddblock: acquire attempt failed; will retry", "key", a.pk, "sort_key", a.opts.SortKey, "err", err)
+		default:
+			a.lastErr = nil
+			c.opts.Metrics.LockContended()
 		}
-		c.opts.Metrics.LockContended()
 		if a.once {
-			return nil, a.held()
+			return nil, a.giveUp()
 		}
 		// Sleep until start + n*retry period, as Python does, unless that
 		// is past the retry timeout.
 		wake := a.start + time.Duration(a.attempts)*a.opts.RetryPeriod
 		if wake > a.start+a.opts.RetryTimeout {
-			return nil, a.fail(CodeAcquireTimeout, fmt.Sprintf("not acquired within %v", a.opts.RetryTimeout), nil)
+			return nil, a.giveUp()
 		}
 		if err := a.sleep(ctx, wake-c.clock.Monotonic()); err != nil {
 			return nil, err
@@ -286,9 +301,10 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		if ctx.Err() != nil {
-			// The put may have landed before the cancel: take back what
-			// we may have written, so that nobody waits a lease on it.
+		if outcomeUnknown(err) || ctx.Err() != nil {
+			// The put may have landed (a lost reply, a cancel in flight):
+			// take back what we may have written, so that nobody waits a
+			// lease on a lock that nobody holds.
 			c.deleteIfOurs(info)
 		}
 		return nil, a.callError(ctx, "writing the lock", err)
@@ -369,13 +385,30 @@ func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// held is TryAcquireLock's answer when the lock is taken.
-func (a *acquisition) held() *Error {
-	msg := "the lock is held"
-	if a.seen != nil {
-		msg = fmt.Sprintf("the lock is held by %q (lease %v)", a.seen.OwnerName, a.seen.LeaseDuration)
+// giveUp is the error of an acquire that ran out of attempts: the last
+// attempt's failure if it failed, else LOCK_HELD for TryAcquireLock and
+// ACQUIRE_TIMEOUT for AcquireLock.
+func (a *acquisition) giveUp() error {
+	switch {
+	case a.lastErr != nil:
+		return a.lastErr
+	case a.once && a.seen != nil:
+		return a.fail(CodeLockHeld, fmt.Sprintf("the lock is held by %q (lease %v)", a.seen.OwnerName, a.seen.LeaseDuration), nil)
+	case a.once:
+		return a.fail(CodeLockHeld, "the lock is held", nil)
+	default:
+		return a.fail(CodeAcquireTimeout, fmt.Sprintf("not acquired within %v", a.opts.RetryTimeout), nil)
 	}
-	return a.fail(CodeLockHeld, msg, nil)
+}
+
+// transient reports whether a failed call is worth another attempt:
+// throttling, a server error, a timeout or a lost connection.
+func transient(err error) bool {
+	var lerr *Error
+	if !errors.As(err, &lerr) || lerr.Code != CodeUnknown || lerr.Err == nil {
+		return false
+	}
+	return retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(lerr.Err) == aws.TrueTernary
 }
 
 // callError classifies a failed DynamoDB call made while acquiring.

@@ -252,3 +252,27 @@ func TestDangerAfterPauseThenRecovery(t *testing.T) {
 		t.Errorf("Err after recovery = %v; want the original LOCK_IN_DANGER", lock.Err())
 	}
 }
+
+// The context of WithLock's function reports a lock in danger the
+// instant a paused process wakes, before the monitor has run.
+func TestWithLockContextAfterPause(t *testing.T) {
+	e := newEnv(t)
+	clk := fakeClock()
+	c := e.client(ddblock.WithClock(clk))
+	err := c.WithLock(context.Background(), "k", func(ctx context.Context, lock *ddblock.Lock) error {
+		if ctx.Err() != nil {
+			t.Fatalf("cancelled at once: %v", context.Cause(ctx))
+		}
+		clk.Advance(21 * time.Second) // paused past the 20 s safe period
+		if ctx.Err() == nil {
+			t.Error("ctx.Err() is nil right after the pause")
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.ErrLockInDanger) {
+			t.Errorf("cause = %v; want LOCK_IN_DANGER", cause)
+		}
+		return nil
+	})
+	if !errors.Is(err, ddblock.ErrLockInDanger) {
+		t.Errorf("WithLock = %v; want LOCK_IN_DANGER", err)
+	}
+}

@@ -131,72 +131,56 @@ func (h *heartbeater) dispatch(ctx context.Context, l *Lock) {
 	}
 	done := make(chan struct{})
 	l.hbDone = done
-	oldRVN := l.rvn
+	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
 	l.mu.Unlock()
 	h.c.stats.heartbeatsInFlight.Add(1)
 	h.sends.Go(func() error {
 		defer h.c.stats.heartbeatsInFlight.Add(-1)
 		defer close(done)
-		h.c.heartbeat(ctx, l, oldRVN)
+		h.c.heartbeat(ctx, l, oldRVN, unknown)
 		return nil
 	})
 }
 
 // heartbeat is Python's: a conditional UpdateItem of the record version
 // number and the expiry time, which leaves every other attribute alone.
-func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
+// unknown lists version numbers written by earlier heartbeats whose
+// outcome is unknown (a timeout, a dropped connection): any of them may
+// be in the table.
+func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string, unknown []string) {
 	// The send outlives Close's cancel: Close waits for it instead, so
 	// that the lock's version number is known when Close returns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
-	newRVN := newRecordVersionNumber()
-	now := c.clock.Now()
-	expiry := now.Add(c.opts.ExpiryPeriod)
-	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
-	names := map[string]string{nameRVN: attrRVN, nameTTL: c.opts.TTLAttributeName}
-	values := map[string]types.AttributeValue{
-		valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
-		valueNew: &types.AttributeValueMemberS{Value: newRVN},
-		valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(expiry)},
-	}
-	if c.opts.MaxClockSkew > 0 {
-		update += ", " + nameStamp + " = " + valueStamp
-		names[nameStamp] = attrHeartbeatTime
-		values[valueStamp] = &types.AttributeValueMemberN{Value: formatEpochMillis(now)}
-	}
-	sent := c.clock.Monotonic()
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(c.opts.TableName),
-		Key:                       c.codec.key(l.pk, l.sk),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(condOwned),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}, c.throttleWatch("UpdateItem")...)
+	hb, err := c.sendHeartbeat(ctx, l, oldRVN)
 	stolen := false
 	if err != nil && isConditionFailed(err) {
-		// Either someone took the lock, or this very write landed and its
-		// reply was lost, so that the SDK's retry failed the condition.
-		// Only a read can tell.
+		// Someone took the lock, or a write of ours landed without our
+		// hearing of it: this one (its reply lost and the SDK's retry
+		// failing the condition), or an earlier one. Only a read can tell.
 		info, rerr := c.readItem(ctx, l.pk, l.sk)
 		switch {
 		case rerr != nil:
 			// Unknown: treat as a failed heartbeat and try again next round.
-		case info != nil && info.RecordVersionNumber == newRVN:
+		case info != nil && info.RecordVersionNumber == hb.rvn:
 			err = nil
+		case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
+			// An earlier heartbeat landed: carry on from its version.
+			hb, err = c.sendHeartbeat(ctx, l, info.RecordVersionNumber)
+			stolen = err != nil && isConditionFailed(err) // taken since that read
 		default:
 			stolen = true
 		}
 	}
-
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hbDone = nil
-	c.opts.Metrics.HeartbeatFinished(sent-l.lastHeartbeat, l.lease, err)
+	c.opts.Metrics.HeartbeatFinished(hb.sent-l.lastHeartbeat, l.lease, err)
 	switch {
 	case err == nil:
 		c.stats.heartbeatsSent.Add(1)
-		l.rvn, l.expiry, l.lastHeartbeat = newRVN, expiry, sent
+		l.rvn, l.expiry, l.lastHeartbeat = hb.rvn, hb.expiry, hb.sent
+		l.unknownRVNs = l.unknownRVNs[:0]
 		if l.status == StatusInDanger {
 			l.status = StatusLocked
 			c.stats.recovered.Add(1)
@@ -218,6 +202,52 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string) {
 		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk)
 	default:
 		c.stats.heartbeatsFailed.Add(1)
+		if !isConditionFailed(err) {
+			// The write may have landed: remember its version number.
+			if len(l.unknownRVNs) == maxUnknownHeartbeats {
+				l.unknownRVNs = append(l.unknownRVNs[:0], l.unknownRVNs[1:]...)
+			}
+			l.unknownRVNs = append(l.unknownRVNs, hb.rvn)
+		}
 		c.log.Warn("ddblock: heartbeat failed", "key", l.pk, "sort_key", l.sk, "err", err)
 	}
+}
+
+// maxUnknownHeartbeats bounds the remembered version numbers of
+// heartbeats whose outcome is unknown; a lock goes into danger long
+// before more of them pile up.
+const maxUnknownHeartbeats = 8
+
+// sentHeartbeat is what one heartbeat call wrote.
+type sentHeartbeat struct {
+	rvn    string
+	expiry time.Time
+	sent   time.Duration // monotonic
+}
+
+func (c *Client) sendHeartbeat(ctx context.Context, l *Lock, oldRVN string) (sentHeartbeat, error) {
+	now := c.clock.Now()
+	hb := sentHeartbeat{rvn: newRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
+	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
+	names := map[string]string{nameRVN: attrRVN, nameTTL: c.opts.TTLAttributeName}
+	values := map[string]types.AttributeValue{
+		valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
+		valueNew: &types.AttributeValueMemberS{Value: hb.rvn},
+		valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(hb.expiry)},
+	}
+	if c.opts.MaxClockSkew > 0 {
+		update += ", " + nameStamp + " = " + valueStamp
+		names[nameStamp] = attrHeartbeatTime
+		values[valueStamp] = &types.AttributeValueMemberN{Value: formatEpochMillis(now)}
+	}
+	hb.sent = c.clock.Monotonic()
+	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(c.opts.TableName),
+		Key:                       c.codec.key(l.pk, l.sk),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(condOwned),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}, c.throttleWatch("UpdateItem")...)
+	return hb, err
 }

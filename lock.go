@@ -62,6 +62,7 @@ type Lock struct {
 	expiry        time.Time
 	lastHeartbeat time.Duration // monotonic
 	hbDone        chan struct{} // non-nil while a heartbeat is in flight
+	unknownRVNs   []string      // written by heartbeats whose outcome is unknown
 	done          chan struct{}
 	err           error
 	onDone        map[*struct{}]func(error)
@@ -177,8 +178,15 @@ func (l *Lock) Err() error {
 // Context returns a context derived from parent that is cancelled as soon
 // as [Lock.Done] closes; context.Cause then gives the lock's error. Call
 // cancel when the work is done.
+//
+// The context's Err method checks the clock itself, as [Lock.Err] does,
+// so it reports a lock in danger even in the instant after a paused
+// process wakes, before the client's monitor has run. A select on its
+// Done channel may lag that instant: check Err before each step that the
+// lock protects.
 func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
-	ctx, cancelCause := context.WithCancelCause(parent)
+	inner, cancelCause := context.WithCancelCause(parent)
+	ctx = lockContext{Context: inner, lock: l}
 	token := new(struct{})
 	l.mu.Lock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
@@ -199,6 +207,19 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 		l.mu.Unlock()
 		cancelCause(context.Canceled)
 	}
+}
+
+// lockContext is the context Lock.Context returns: its Err first lets the
+// lock check the clock, which cancels the context if the safe period has
+// passed.
+type lockContext struct {
+	context.Context
+	lock *Lock
+}
+
+func (c lockContext) Err() error {
+	_ = c.lock.Err() // cancels the context now if the lock is in danger
+	return c.Context.Err()
 }
 
 // Release gives the lock back; see [Client.ReleaseLock].

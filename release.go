@@ -3,10 +3,12 @@ package ddblock
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -62,20 +64,35 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 		select {
 		case <-inflight:
 		case <-ctx.Done():
-			return l.lockError(CodeUnknown, "waiting for a heartbeat in flight", ctx.Err())
+			return l.lockError(CodeCanceled, "waiting for a heartbeat in flight", context.Cause(ctx))
 		}
 	}
 	l.mu.Lock()
-	rvn := l.rvn
+	rvn, unknown := l.rvn, slices.Clone(l.unknownRVNs)
 	l.mu.Unlock()
 	err := c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
+	if err != nil && isConditionFailed(err) {
+		// Stolen, or a write of ours landed unheard: this release (its
+		// reply lost, the SDK's retry failing the condition), or a
+		// heartbeat whose outcome was unknown. Only a read can tell.
+		info, rerr := c.readItem(ctx, l.pk, l.sk)
+		switch {
+		case rerr != nil:
+		case info == nil || (info.Released && info.RecordVersionNumber == rvn):
+			return nil // the lock is given back
+		case slices.Contains(unknown, info.RecordVersionNumber):
+			err = c.giveBack(ctx, l.pk, l.sk, info.RecordVersionNumber, l.token > 0)
+		}
+	}
 	switch {
 	case err == nil:
 		return nil
 	case isConditionFailed(err):
 		return l.lockError(CodeLockStolen, "the item changed hands before the release", err)
+	case ctx.Err() != nil:
+		return l.lockError(CodeCanceled, "releasing the lock", context.Cause(ctx))
 	default:
-		return l.lockError(CodeUnknown, "deleting the lock item", err)
+		return c.tableError(err, "releasing the lock", l.pk, l.sk)
 	}
 }
 
@@ -208,4 +225,15 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	default:
 		return c.tableError(err, "deleting the lock", partitionKey, sortKey)
 	}
+}
+
+// outcomeUnknown reports whether a failed write may nevertheless have
+// been applied: anything but an answer from DynamoDB that refused it.
+func outcomeUnknown(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return true // no answer at all: a timeout, a dropped connection
+	}
+	// A 5xx may come after the write was applied; a 4xx refused it.
+	return api.ErrorFault() == smithy.FaultServer
 }

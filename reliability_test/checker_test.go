@@ -127,16 +127,13 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 	}
 }
 
-// Known issue (an experiment, opt-in): WithLock's function context is
-// cancelled by the client's monitor goroutine when the lock goes into
-// danger. When a paused process resumes (SIGCONT, a long GC pause, a
-// frozen VM), the holder's goroutine may run before the monitor does and
-// see ctx.Err() == nil although the safe period has long passed; only
-// Lock.Err() checks the clock itself. Holders here trust the context
-// alone, and workers are paused past the lease while they hold locks.
-// If the checker finds overlaps, the context alone is not a safe guard.
-func TestKnownIssueWithLockContextAfterPause(t *testing.T) {
-	knownIssue(t, "lock.go Context / WithLock: the fn context lags the clock after a pause")
+// WithLock's function context is cancelled by the client's monitor
+// goroutine when the lock goes into danger; when a paused process resumes
+// (SIGCONT, a long GC pause, a frozen VM), the holder's goroutine may run
+// before the monitor does. The context's Err therefore checks the clock
+// itself. Holders here trust the context alone, and workers are paused
+// past the lease while they hold locks: the checker must find no overlap.
+func TestWithLockContextAfterPause(t *testing.T) {
 	cfg := defaultChaos(20 * time.Second)
 	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 4, 2, 2
 	cfg.FaultEvery, cfg.AbandonEvery = time.Hour, time.Hour

@@ -186,21 +186,24 @@ func TestAcquireWhenReplyLost(t *testing.T) {
 	}
 }
 
-// Known issue: when the SDK does not retry a put whose reply was lost,
-// AcquireLock fails with UNKNOWN but the put did land, and the item stays
-// in the table with nobody heartbeating it: every other client waits a
-// whole lease for it. The acquire already removes such an item when the
-// caller's context ends (deleteIfOurs); it should do the same after any
-// failure whose outcome is unknown.
-func TestKnownIssueAcquireLeavesItemAfterLostReply(t *testing.T) {
-	knownIssue(t, "acquire.go put(): a failed PutItem with a landed write leaves an orphan item")
+// When the SDK does not retry a put whose reply was lost, the attempt
+// fails although the put landed. The acquire takes its item back (a
+// conditional delete on its own version number), so that nobody waits a
+// lease on a lock nobody holds, and tries again at its next retry.
+func TestAcquireAfterLostPutReply(t *testing.T) {
 	e := newEnv(t)
 	c := e.faulty(1)
-	c.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "PutItem", Count: 1})
-	_, err := c.AcquireLock(context.Background(), "k")
-	wantCode(t, err, ddblock.CodeUnknown)
-	if info, err := c.GetLock(context.Background(), "k", ""); err == nil {
-		t.Errorf("the failed acquire left its item behind: %+v", info)
+	f := c.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "PutItem", Count: 1})
+	lock, err := c.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("AcquireLock after a lost reply: %v", err)
+	}
+	if f.Injected() != 1 {
+		t.Fatalf("%d replies dropped; want 1", f.Injected())
+	}
+	info, err := c.GetLock(context.Background(), "k", "")
+	if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
+		t.Errorf("stored %+v, %v; want the lock's version %s", info, err, lock.RecordVersionNumber())
 	}
 }
 
@@ -327,20 +330,13 @@ func TestFailingHeartbeatSparesOtherLocks(t *testing.T) {
 	}
 }
 
-// Known issue: a heartbeat whose write landed but whose reply was lost,
-// and which the SDK did not retry within the heartbeat timeout, leaves
-// the client with the old version number while the item carries the new
-// one. The next heartbeat fails its condition, reads the item, does not
-// recognise the number and declares the lock stolen, although nobody
-// took it; the item is then orphaned until its lease runs out. With a
-// heartbeat timeout below a second the SDK's default backoff (up to 2 s
-// for the first retry) almost never fits, so this happens at nearly
-// every lost heartbeat reply. heartbeater.go heartbeat() could remember
-// the version number of a heartbeat whose outcome is unknown and accept
-// it at the next condition failure (keeping the older send time as the
-// last heartbeat).
-func TestKnownIssueHeartbeatReplyLostLooksStolen(t *testing.T) {
-	knownIssue(t, "heartbeater.go heartbeat(): a lost heartbeat reply turns into LOCK_STOLEN")
+// A heartbeat whose write landed but whose reply was lost, and which the
+// SDK did not retry within the heartbeat timeout, leaves the client with
+// the old version number while the item carries the new one. The client
+// remembers the version numbers of heartbeats whose outcome is unknown;
+// the next heartbeat fails its condition, reads the item, recognises one
+// of them, and carries on from it: the lock is kept, not declared stolen.
+func TestHeartbeatReplyLostIsNotStolen(t *testing.T) {
 	e := newEnv(t)
 	c := e.faulty(1, heartbeatTimes()...)
 	lock, err := c.AcquireLock(context.Background(), "k")
@@ -429,18 +425,12 @@ func TestReleaseUnderFaults(t *testing.T) {
 	})
 }
 
-// Known issue: a release whose delete landed but whose reply was lost is
-// retried by the SDK; the retry fails the condition (the item is gone)
-// and Release reports LOCK_STOLEN, although the lock was released by this
-// very call and nobody stole it. The chaos run sees it too (a release
-// reported LOCK_STOLEN after a tenure of a few milliseconds, and the
-// next holder acquiring at once). release.go release() could read the
-// item on a condition failure: when it is gone, the delete most likely
-// landed (a theft followed by the thief's release looks the same, and
-// is no reason for the releaser to act either), so nil, or a code of
-// its own, would be truer than LOCK_STOLEN.
-func TestKnownIssueReleaseReplyLostLooksStolen(t *testing.T) {
-	knownIssue(t, "release.go release(): a lost delete reply turns into LOCK_STOLEN")
+// A release whose delete landed but whose reply was lost is retried by
+// the SDK; the retry fails the condition (the item is gone). Release reads
+// the item on a condition failure: gone means given back (a theft followed
+// by the thief's own release looks the same, and asks nothing of the
+// releaser either), so it reports success, not LOCK_STOLEN.
+func TestReleaseReplyLostIsNotStolen(t *testing.T) {
 	e := newEnv(t)
 	c := e.faulty(2)
 	lock, err := c.AcquireLock(context.Background(), "k")

@@ -26,9 +26,8 @@ import (
 )
 
 var (
-	soakFor     = flag.Duration("soak", 0, "run TestSoak for this long (such as 10m); 0 skips it")
-	logDir      = flag.String("logdir", "", "keep the checker's event logs in this directory")
-	knownIssues = flag.Bool("known-issues", false, "run the tests of library issues not fixed yet (they fail)")
+	soakFor = flag.Duration("soak", 0, "run TestSoak for this long (such as 10m); 0 skips it")
+	logDir  = flag.String("logdir", "", "keep the checker's event logs in this directory")
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -135,14 +134,5 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// knownIssue skips a test of a library issue that is not fixed yet,
-// unless -known-issues is set.
-func knownIssue(t *testing.T, issue string) {
-	t.Helper()
-	if !*knownIssues {
-		t.Skip("known library issue, run with -known-issues: " + issue)
 	}
 }
