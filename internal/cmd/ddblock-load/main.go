@@ -1,0 +1,281 @@
+// Command ddblock-load measures how many locks one ddblock client keeps
+// alive against a DynamoDB-compatible server, and how fast that server
+// takes conditional writes at all, so that one can be read as a share of
+// the other. It is a measuring tool, not a test: it asserts nothing, and
+// prints what it saw.
+//
+// By default it starts dynalite itself (internal/dynalite.Start, which the
+// tests' ddbtest.Start wraps), on a free loopback port, and stops it at
+// the end; --endpoint points it at a server that is already running
+// (DynamoDB Local, say).
+//
+// A run has two parts:
+//
+//   - the server's ceiling: 8, 16 and 32 goroutines (--ceiling-writers)
+//     each rewrite keys of their own with the heartbeat's conditional
+//     UpdateItem, as fast as the server answers, for --ceiling-duration;
+//   - one scenario per entry of --locks: a fresh client (through a
+//     wrapper that records every successful write per lock key) acquires
+//     that many locks with --acquire-workers goroutines, holds them for
+//     --settle unmeasured, then for the --duration of the measured window
+//     while a probe acquires and releases fresh locks. It reports late
+//     rounds, the largest gap between two successful heartbeats of each
+//     lock (and, apart, from each acquire to its first heartbeat), locks
+//     in danger, goroutines, heap per held lock, the probe's acquire
+//     latency, and the CPU used by the client, the server and the rest of
+//     the machine.
+//
+// Examples (see doc/benchmarks.md for the figures):
+//
+//	go run ./internal/cmd/ddblock-load --ceiling-only
+//	go run ./internal/cmd/ddblock-load --locks 1000,10000 --period 5s
+//	go run ./internal/cmd/ddblock-load --locks 1000,2000,3000,4000,5000,6000,8000 --period 1s --duration 25s
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/dynalite"
+)
+
+// config is the command line.
+type config struct {
+	locks          []int
+	period         time.Duration
+	safe, lease    time.Duration
+	duration       time.Duration
+	settle         time.Duration
+	concurrency    int
+	tps            int
+	acquireWorkers int
+	probeEvery     time.Duration
+	ceiling        bool
+	ceilingOnly    bool
+	ceilingWriters []int
+	ceilingFor     time.Duration
+	ceilingWarmUp  time.Duration
+	endpoint       string
+	cpuProfile     string
+	memProfile     string
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "ddblock-load:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*config, error) {
+	fs := flag.NewFlagSet("ddblock-load", flag.ContinueOnError)
+	cfg := &config{}
+	locks := fs.String("locks", "1000,10000", "comma-separated numbers of locks: one scenario each")
+	fs.DurationVar(&cfg.period, "period", ddblock.DefaultHeartbeatPeriod, "heartbeat period")
+	fs.DurationVar(&cfg.safe, "safe", 0, "safe period (default 4 × period, the library's default ratio)")
+	fs.DurationVar(&cfg.lease, "lease", 0, "lease duration (default 6 × period, the library's default ratio)")
+	fs.DurationVar(&cfg.duration, "duration", 0, "how long each scenario holds its locks (default 4 × period, at least 20s)")
+	fs.DurationVar(&cfg.settle, "settle", -1, "how long to hold the locks, unmeasured, between the last acquire and the window (default one period), so that the window sees full rounds; the first heartbeat of each lock is reported either way")
+	fs.IntVar(&cfg.concurrency, "concurrency", ddblock.DefaultHeartbeatConcurrency, "the client's HeartbeatConcurrency")
+	fs.IntVar(&cfg.tps, "tps", ddblock.DefaultHeartbeatTPS, "the client's HeartbeatTPS (-1: adaptive)")
+	fs.IntVar(&cfg.acquireWorkers, "acquire-workers", 32, "goroutines acquiring the locks")
+	fs.DurationVar(&cfg.probeEvery, "probe-every", 200*time.Millisecond, "how often the probe acquires a fresh lock while heartbeats run (0: no probe)")
+	noCeiling := fs.Bool("no-ceiling", false, "skip the server-ceiling measurement")
+	fs.BoolVar(&cfg.ceilingOnly, "ceiling-only", false, "measure only the server's ceiling")
+	writers := fs.String("ceiling-writers", "8,16,32", "comma-separated numbers of concurrent writers for the ceiling")
+	fs.DurationVar(&cfg.ceilingFor, "ceiling-duration", 10*time.Second, "how long each ceiling measurement runs")
+	fs.DurationVar(&cfg.ceilingWarmUp, "ceiling-warmup", 5*time.Second, "load the server this long, unmeasured, before the ceiling")
+	fs.StringVar(&cfg.endpoint, "endpoint", "", "a running server's URL (default: start dynalite on a loopback port)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write heap profiles to this prefix: <prefix>-<locks>-held.pprof once the locks are held, <prefix>-<locks>-end.pprof at the end of the window")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var err error
+	if cfg.locks, err = parseInts("--locks", *locks); err != nil {
+		return nil, err
+	}
+	if cfg.ceilingWriters, err = parseInts("--ceiling-writers", *writers); err != nil {
+		return nil, err
+	}
+	cfg.ceiling = !*noCeiling || cfg.ceilingOnly
+	if cfg.safe == 0 {
+		cfg.safe = 4 * cfg.period
+	}
+	if cfg.lease == 0 {
+		cfg.lease = 6 * cfg.period
+	}
+	if cfg.settle < 0 {
+		cfg.settle = cfg.period
+	}
+	if cfg.duration == 0 {
+		cfg.duration = max(4*cfg.period, 20*time.Second)
+	}
+	var problems []string
+	if cfg.period <= 0 || cfg.duration <= 0 || cfg.ceilingFor <= 0 {
+		problems = append(problems, "--period, --duration and --ceiling-duration must be positive")
+	}
+	if cfg.acquireWorkers <= 0 {
+		problems = append(problems, "--acquire-workers must be positive")
+	}
+	if cfg.probeEvery < 0 {
+		problems = append(problems, "--probe-every must not be negative")
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	return cfg, nil
+}
+
+func parseInts(flagName, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive number", flagName, f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no numbers given", flagName)
+	}
+	return out, nil
+}
+
+func run(args []string, out io.Writer) error {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	var srv *dynalite.Server
+	endpoint := cfg.endpoint
+	if endpoint == "" {
+		fmt.Fprintln(out, "starting dynalite on a loopback port...")
+		srv, err = dynalite.Start()
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		endpoint = srv.Endpoint
+	}
+	// No SDK retries beyond its default: a heartbeat that needs a retry is
+	// part of what is measured.
+	ddb := dynalite.NewClient(endpoint, cfg.endpoint != "" && !isLoopback(endpoint), 0)
+
+	printMachine(out, endpoint, srv != nil)
+
+	var ceilings []ceilingResult
+	if cfg.ceiling {
+		fmt.Fprintf(out, "\n== server ceiling: conditional UpdateItem on distinct keys, %v per point ==\n", cfg.ceilingFor)
+		// A fresh Node process runs slower until its JIT has compiled
+		// dynalite's hot paths: warm it up first, and throw that away.
+		if cfg.ceilingWarmUp > 0 {
+			w := slices.Max(cfg.ceilingWriters)
+			if _, err := measureCeiling(ctx, ddb, w, cfg.ceilingWarmUp); err != nil {
+				return fmt.Errorf("warming the server up: %w", err)
+			}
+		}
+		for _, w := range cfg.ceilingWriters {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r, err := measureCeiling(ctx, ddb, w, cfg.ceilingFor)
+			if err != nil {
+				return fmt.Errorf("ceiling with %d writers: %w", w, err)
+			}
+			r.print(out)
+			fmt.Fprintf(out, "   (load average %s)\n", loadAverage())
+			ceilings = append(ceilings, r)
+		}
+	}
+	if cfg.ceilingOnly {
+		return nil
+	}
+
+	var results []*scenarioResult
+	for _, n := range cfg.locks {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fmt.Fprintf(out, "\n== %d locks, heartbeat %v (safe %v, lease %v), HeartbeatConcurrency %d, HeartbeatTPS %d, settle %v, window %v ==\n",
+			n, cfg.period, cfg.safe, cfg.lease, cfg.concurrency, cfg.tps, cfg.settle, cfg.duration)
+		fmt.Fprintf(out, "load average at the start: %s\n", loadAverage())
+		r, err := runScenario(ctx, ddb, cfg, n)
+		if err != nil {
+			return fmt.Errorf("%d locks: %w", n, err)
+		}
+		r.print(out, ceilings)
+		fmt.Fprintf(out, "load average at the end: %s\n", loadAverage())
+		results = append(results, r)
+		runtime.GC()
+	}
+	printSummary(out, results, ceilings)
+	return nil
+}
+
+// isLoopback reports whether an endpoint is a local server, which needs
+// no credentials from the SDK's chain.
+func isLoopback(endpoint string) bool {
+	return strings.Contains(endpoint, "://127.0.0.1") || strings.Contains(endpoint, "://localhost") || strings.Contains(endpoint, "://[::1]")
+}
+
+// loadAverage is the machine's load average (1, 5, 15 minutes): the
+// machine is shared, and the figures mean little when it is busy.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+func printMachine(out io.Writer, endpoint string, ours bool) {
+	load := loadAverage()
+	who := "external"
+	if ours {
+		who = "dynalite, started by this command"
+	}
+	fmt.Fprintf(out, "server %s (%s)\n", endpoint, who)
+	fmt.Fprintf(out, "machine: %d CPUs (GOMAXPROCS %d), %s, %s/%s, load average %s\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load)
+}
+
+// ddbClient is the raw SDK client the tool talks to.
+type ddbClient = *dynamodb.Client

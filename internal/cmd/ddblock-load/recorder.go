@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+)
+
+// recorder wraps the DynamoDB client given to ddblock.New and notes, per
+// lock key, when each successful write (the acquire's PutItem, then each
+// heartbeat's UpdateItem) came back. The largest gap between two of them
+// is what the lock's safe period has to cover.
+//
+// Its table of keys is built before the scenario starts and only read
+// afterwards, so that it adds nothing to the heap measured per held lock
+// and needs no lock of its own.
+type recorder struct {
+	ddblock.DynamoDBAPI
+	pkName string
+	base   time.Time
+	tracks map[string]*track
+	// holding is set while the measured window runs: gaps that end inside
+	// it count as the window's, gaps before it as the acquire phase's.
+	holding atomic.Bool
+
+	updatesOK, updatesFailed atomic.Int64
+}
+
+// track is one lock key's record. Times are nanoseconds since base on the
+// monotonic clock; 0 means "not yet".
+type track struct {
+	last atomic.Int64
+	// beaten is false from the acquire to the first heartbeat: that first
+	// gap depends on when the lock joined a round, and is kept apart.
+	beaten     atomic.Bool
+	firstGap   atomic.Int64
+	maxGapAcq  atomic.Int64 // between heartbeats, before the window
+	maxGapHold atomic.Int64 // between heartbeats, in the window
+	beatsHold  atomic.Int64
+}
+
+func newRecorder(ddb ddblock.DynamoDBAPI, pkName string, keys []string) *recorder {
+	r := &recorder{DynamoDBAPI: ddb, pkName: pkName, base: time.Now(), tracks: make(map[string]*track, len(keys))}
+	all := make([]track, len(keys))
+	for i, k := range keys {
+		r.tracks[k] = &all[i]
+	}
+	return r
+}
+
+func (r *recorder) now() int64 { return int64(time.Since(r.base)) }
+
+func (r *recorder) track(key map[string]types.AttributeValue) *track {
+	v, ok := key[r.pkName].(*types.AttributeValueMemberS)
+	if !ok {
+		return nil
+	}
+	return r.tracks[v.Value]
+}
+
+func (r *recorder) acquired(t *track) {
+	t.beaten.Store(false)
+	t.last.Store(r.now())
+}
+
+func (r *recorder) heartbeat(t *track) {
+	now := r.now()
+	prev := t.last.Swap(now)
+	holding := r.holding.Load()
+	if holding {
+		t.beatsHold.Add(1)
+	}
+	switch {
+	case prev == 0:
+	case !t.beaten.Swap(true):
+		storeMax(&t.firstGap, now-prev)
+	case holding:
+		storeMax(&t.maxGapHold, now-prev)
+	default:
+		storeMax(&t.maxGapAcq, now-prev)
+	}
+}
+
+// startWindow begins the measured window.
+func (r *recorder) startWindow() {
+	for _, t := range r.tracks {
+		t.maxGapHold.Store(0)
+		t.beatsHold.Store(0)
+	}
+	r.holding.Store(true)
+}
+
+// endWindow ends it, counting each lock's open gap (from its last write
+// to now) too: a lock left waiting at the end has a gap all the same. A
+// lock still waiting for its first heartbeat counts there.
+func (r *recorder) endWindow() {
+	r.holding.Store(false)
+	now := r.now()
+	for _, t := range r.tracks {
+		last := t.last.Load()
+		switch {
+		case last == 0:
+		case t.beaten.Load():
+			storeMax(&t.maxGapHold, now-last)
+		default:
+			storeMax(&t.firstGap, now-last)
+		}
+	}
+}
+
+func storeMax(v *atomic.Int64, x int64) {
+	for {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
+			return
+		}
+	}
+}
+
+// PutItem records the acquire's write.
+func (r *recorder) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := r.DynamoDBAPI.PutItem(ctx, in, o...)
+	if err == nil {
+		if t := r.track(in.Item); t != nil {
+			r.acquired(t)
+		}
+	}
+	return out, err
+}
+
+// UpdateItem records a heartbeat.
+func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := r.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	if t := r.track(in.Key); t != nil {
+		if err == nil {
+			r.updatesOK.Add(1)
+			r.heartbeat(t)
+		} else {
+			r.updatesFailed.Add(1)
+		}
+	}
+	return out, err
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ddblock/ddblock"
+)
+
+// scenarioResult is what one client holding n locks showed.
+type scenarioResult struct {
+	locks       int
+	period      time.Duration
+	safe        time.Duration
+	concurrency int
+
+	acquireWorkers int
+	acquireTime    time.Duration
+	acquireLat     durations
+	acquireErrors  int
+	acquireGapMax  time.Duration // largest gap between heartbeats before the window
+	firstGap       durations     // each lock's acquire → first heartbeat
+
+	window                time.Duration
+	heartbeatsOK          int64 // successful heartbeats of the held locks in the window
+	heartbeatsFailed      int64
+	statsBefore, statsEnd ddblock.Stats
+	perLockGap            durations // each lock's largest gap in the window
+	perLockBeats          []int64
+	neverBeat             int // locks with no successful heartbeat in the window
+
+	goroutinesBase    int // before the client existed
+	goroutinesIdle    int // client made, connections warm, no lock held
+	goroutinesHeldMax int // the most seen while holding the locks
+	libIdle, libMax   int // of those, goroutines running ddblock's code
+	heapIdle          uint64
+	heapHeld          uint64 // after acquiring every lock
+	heapEnd           uint64 // at the end of the window, still holding them
+
+	probeIdle durations // acquire latency of fresh locks, no lock held
+	probeBusy durations // the same while the heartbeats run
+	probeErrs int
+
+	cpu cpuUse
+}
+
+// deltaStats is what the client counted during the window.
+func (r *scenarioResult) deltaStats() ddblock.Stats {
+	a, b := r.statsBefore, r.statsEnd
+	return ddblock.Stats{
+		LateRounds:        b.LateRounds - a.LateRounds,
+		HeartbeatsSent:    b.HeartbeatsSent - a.HeartbeatsSent,
+		HeartbeatsFailed:  b.HeartbeatsFailed - a.HeartbeatsFailed,
+		HeartbeatsSkipped: b.HeartbeatsSkipped - a.HeartbeatsSkipped,
+		InDanger:          b.InDanger - a.InDanger,
+		Recovered:         b.Recovered - a.Recovered,
+		Stolen:            b.Stolen - a.Stolen,
+	}
+}
+
+// rounds estimates the heartbeat rounds in the window. Stats does not
+// count rounds; every round sends each held lock one heartbeat, so the
+// median lock's number of successful heartbeats is the number of rounds.
+func (r *scenarioResult) rounds() int64 {
+	beats := slices.Clone(r.perLockBeats)
+	slices.Sort(beats)
+	return beats[len(beats)/2]
+}
+
+func (r *scenarioResult) rate() float64 { return float64(r.heartbeatsOK) / r.window.Seconds() }
+
+// runScenario acquires n locks with one client and holds them for
+// cfg.duration, measuring as it goes.
+func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scenarioResult, error) {
+	table, err := createTable(ctx, ddb, fmt.Sprintf("locks_%d", n))
+	if err != nil {
+		return nil, err
+	}
+	defer deleteTable(ddb, table)
+
+	r := &scenarioResult{locks: n, period: cfg.period, safe: cfg.safe, concurrency: cfg.concurrency, acquireWorkers: cfg.acquireWorkers}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("load-%07d", i)
+	}
+	rec := newRecorder(ddb, ddblock.DefaultPartitionKeyName, keys)
+	r.acquireLat = make(durations, n)
+	r.probeIdle = make(durations, 0, 64)
+	r.probeBusy = make(durations, 0, int(cfg.duration/max(cfg.probeEvery, time.Millisecond))+16)
+
+	runtime.GC()
+	r.goroutinesBase = runtime.NumGoroutine()
+	client, err := ddblock.New(rec,
+		ddblock.WithTableName(table),
+		ddblock.WithHeartbeatPeriod(cfg.period),
+		ddblock.WithSafePeriod(cfg.safe),
+		ddblock.WithLeaseDuration(cfg.lease),
+		ddblock.WithHeartbeatConcurrency(cfg.concurrency),
+		ddblock.WithHeartbeatTPS(cfg.tps),
+		// Under overload the client warns once a round; the summary
+		// reports the same from Stats.
+		ddblock.WithLogger(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = client.Close(cctx, false)
+		}
+	}()
+
+	// Warm up: open as many connections as the run will use, and take the
+	// idle acquire latency, before the baseline is read.
+	if err := warmUp(ctx, client, max(cfg.concurrency, cfg.acquireWorkers)); err != nil {
+		return nil, err
+	}
+	for i := range 20 {
+		d, err := probeOnce(ctx, client, fmt.Sprintf("probe-idle-%d", i))
+		if err != nil {
+			return nil, fmt.Errorf("idle probe: %w", err)
+		}
+		r.probeIdle = append(r.probeIdle, d)
+	}
+	r.heapIdle = heapAfterGC()
+	r.goroutinesIdle = runtime.NumGoroutine()
+	r.libIdle = libraryGoroutines()
+
+	// Acquire every lock, cfg.acquireWorkers at a time.
+	var next atomic.Int64
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range cfg.acquireWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				_, err := client.AcquireLock(ctx, keys[i])
+				r.acquireLat[i] = time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.acquireTime = time.Since(start)
+	r.acquireErrors = int(errs.Load())
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.acquireErrors > 0 {
+		return nil, fmt.Errorf("%d acquires failed, the first: %v", r.acquireErrors, firstErr.Load())
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(cfg.settle):
+	}
+	r.heapHeld = heapAfterGC()
+	r.goroutinesHeldMax = runtime.NumGoroutine()
+	if err := writeHeap(cfg, n, "held"); err != nil {
+		return nil, err
+	}
+
+	// The measured window.
+	for _, t := range rec.tracks {
+		r.acquireGapMax = max(r.acquireGapMax, time.Duration(t.maxGapAcq.Load()))
+	}
+	samples := 0
+	r.statsBefore = client.Stats()
+	ok0, failed0 := rec.updatesOK.Load(), rec.updatesFailed.Load()
+	cpu0 := readCPU()
+	rec.startWindow()
+	winStart := time.Now()
+	wctx, stopWindow := context.WithCancel(ctx)
+	var side sync.WaitGroup
+	side.Add(2)
+	go func() { // goroutine count, sampled
+		defer side.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+				r.goroutinesHeldMax = max(r.goroutinesHeldMax, runtime.NumGoroutine())
+				// Reading every stack stops the world for milliseconds:
+				// only every 5 s.
+				if samples++; samples%100 == 1 {
+					r.libMax = max(r.libMax, libraryGoroutines())
+				}
+			}
+		}
+	}()
+	go func() { // acquire latency of fresh locks under load
+		defer side.Done()
+		if cfg.probeEvery == 0 {
+			return
+		}
+		tick := time.NewTicker(cfg.probeEvery)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			d, err := probeOnce(wctx, client, fmt.Sprintf("probe-busy-%d", i))
+			if err != nil {
+				if wctx.Err() == nil {
+					r.probeErrs++
+				}
+				continue
+			}
+			r.probeBusy = append(r.probeBusy, d)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-time.After(cfg.duration):
+	}
+	stopWindow()
+	side.Wait()
+	rec.endWindow()
+	r.window = time.Since(winStart)
+	r.cpu = readCPU().since(cpu0)
+	r.statsEnd = client.Stats()
+	r.heartbeatsOK = rec.updatesOK.Load() - ok0
+	r.heartbeatsFailed = rec.updatesFailed.Load() - failed0
+	r.heapEnd = heapAfterGC()
+	if err := writeHeap(cfg, n, "end"); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	r.perLockGap = make(durations, 0, n)
+	r.perLockBeats = make([]int64, 0, n)
+	r.firstGap = make(durations, 0, n)
+	for _, k := range keys {
+		t := rec.tracks[k]
+		r.firstGap = append(r.firstGap, time.Duration(t.firstGap.Load()))
+		r.perLockGap = append(r.perLockGap, time.Duration(t.maxGapHold.Load()))
+		b := t.beatsHold.Load()
+		r.perLockBeats = append(r.perLockBeats, b)
+		if b == 0 {
+			r.neverBeat++
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	closed = true
+	if err := client.Close(cctx, false); err != nil {
+		return nil, fmt.Errorf("closing the client: %w", err)
+	}
+	return r, nil
+}
+
+// warmUp makes the client's connections before anything is measured:
+// conns concurrent reads of a lock that does not exist.
+func warmUp(ctx context.Context, c *ddblock.Client, conns int) error {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				if _, err := c.GetLock(ctx, fmt.Sprintf("warm-%d", i), ""); err != nil && ddblock.CodeOf(err) != ddblock.CodeLockNotFound {
+					failed.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return fmt.Errorf("warming up: %w", err)
+	}
+	return nil
+}
+
+// probeOnce acquires a fresh lock, timing the acquire, and releases it.
+func probeOnce(ctx context.Context, c *ddblock.Client, key string) (time.Duration, error) {
+	t0 := time.Now()
+	l, err := c.AcquireLock(ctx, key)
+	d := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = l.Release(rctx)
+	return d, nil
+}
+
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// writeHeap writes a heap profile, if asked to, for comparing the heap
+// held at two points with go tool pprof -base.
+func writeHeap(cfg *config, n int, when string) error {
+	if cfg.memProfile == "" {
+		return nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s-%d-%s.pprof", cfg.memProfile, n, when))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+// perLock is the heap the held locks cost, each.
+func perLock(after, before uint64, n int) string {
+	return fmt.Sprintf("%.0f B", (float64(after)-float64(before))/float64(n))
+}
+
+func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
+	d := r.deltaStats()
+	fmt.Fprintf(out, "acquire:     %d locks in %v with %d workers (%.0f/s); latency p50 %v p99 %v max %v\n",
+		r.locks, r.acquireTime.Round(time.Millisecond), r.acquireWorkers, float64(r.locks)/r.acquireTime.Seconds(),
+		r.acquireLat.pct(50), r.acquireLat.pct(99), r.acquireLat.max())
+	share := ""
+	if c := bestCeiling(ceilings); c > 0 {
+		share = fmt.Sprintf(" = %.0f%% of the server's ceiling (%.0f/s)", 100*r.rate()/c, c)
+	}
+	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed\n",
+		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed)
+	fmt.Fprintf(out, "rounds:      ~%d in the window (%.1f periods long), %d late (Stats.LateRounds); %d sends skipped (previous still in flight)\n",
+		r.rounds(), r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped)
+	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (safe period %v; locks ÷ rate = %v)\n",
+		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.safe,
+		round(time.Duration(float64(r.locks)/r.rate()*float64(time.Second))))
+	fmt.Fprintf(out, "first gap:   acquire → first heartbeat, per lock min %v / median %v / max %v; largest gap between heartbeats before the window %v\n",
+		r.firstGap.min(), r.firstGap.pct(50), r.firstGap.max(), round(r.acquireGapMax))
+	beats := slices.Clone(r.perLockBeats)
+	slices.Sort(beats)
+	fmt.Fprintf(out, "per lock:    heartbeats in the window min %d / median %d / max %d; %d locks had none\n",
+		beats[0], beats[len(beats)/2], beats[len(beats)-1], r.neverBeat)
+	fmt.Fprintf(out, "danger:      %d locks went in danger in the window (Stats.InDanger), %d recovered, %d stolen; since the client was made: %d in danger, %d recovered\n",
+		d.InDanger, d.Recovered, d.Stolen, r.statsEnd.InDanger, r.statsEnd.Recovered)
+	fmt.Fprintf(out, "goroutines:  %d before the client; %d with the client idle (%d in ddblock code); while holding at most %d (%d in ddblock code)\n",
+		r.goroutinesBase, r.goroutinesIdle, r.libIdle, r.goroutinesHeldMax, r.libMax)
+	fmt.Fprintf(out, "heap:        %.1f MB idle, %.1f MB holding (%s per lock), %.1f MB at the end (%s per lock)\n",
+		mb(r.heapIdle), mb(r.heapHeld), perLock(r.heapHeld, r.heapIdle, r.locks), mb(r.heapEnd), perLock(r.heapEnd, r.heapIdle, r.locks))
+	fmt.Fprintf(out, "probe:       fresh-lock acquire idle p50 %v p99 %v; under heartbeats p50 %v p90 %v p99 %v max %v (%d probes, %d failed)\n",
+		r.probeIdle.pct(50), r.probeIdle.pct(99), r.probeBusy.pct(50), r.probeBusy.pct(90), r.probeBusy.pct(99), r.probeBusy.max(), len(r.probeBusy), r.probeErrs)
+	fmt.Fprintf(out, "CPU:         %s\n", r.cpu.String(r.window))
+}
+
+// libraryGoroutines counts the goroutines running ddblock's own code
+// (scheduler, monitor, callback workers, heartbeat sends in flight), not
+// the HTTP transport's two per open connection, nor this tool's.
+func libraryGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// This tool's own goroutines (acquire workers, the probe) are
+		// created by package main; the sends pass through its recorder
+		// but are the library's.
+		if strings.Contains(g, "github.com/ddblock/ddblock.") && !strings.Contains(g, "\ncreated by main.") {
+			count++
+		}
+	}
+	return count
+}
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func printSummary(out io.Writer, rs []*scenarioResult, ceilings []ceilingResult) {
+	if len(rs) == 0 {
+		return
+	}
+	c := bestCeiling(ceilings)
+	fmt.Fprintln(out, "\n== summary ==")
+	fmt.Fprintln(out, "| locks | period | acquire all | heartbeats/s | share of ceiling | late rounds | largest gap min / median / max | first gap max | safe | in danger (window / all) | goroutines idle → holding (ddblock's) | heap per lock | fresh acquire p50 / p99 under load |")
+	fmt.Fprintln(out, "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |")
+	for _, r := range rs {
+		d := r.deltaStats()
+		share := "n/a"
+		if c > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*r.rate()/c)
+		}
+		fmt.Fprintf(out, "| %d | %v | %v | %.0f | %s | %d of ~%d | %v / %v / %v | %v | %v | %d / %d | %d → %d (%d → %d) | %s | %v / %v |\n",
+			r.locks, r.period, r.acquireTime.Round(10*time.Millisecond), r.rate(), share, d.LateRounds, r.rounds(),
+			r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.max(), r.firstGap.max(), r.safe, d.InDanger, r.statsEnd.InDanger,
+			r.goroutinesIdle, r.goroutinesHeldMax, r.libIdle, r.libMax, perLock(r.heapHeld, r.heapIdle, r.locks),
+			r.probeBusy.pct(50), r.probeBusy.pct(99))
+	}
+	// The heap measured while holding includes fixed costs that do not
+	// depend on the number of locks (up to HeartbeatConcurrency requests in
+	// flight, tens of kB each, and the connections' buffers); the slope
+	// between two lock counts leaves them out.
+	for i := 1; i < len(rs); i++ {
+		a, b := rs[i-1], rs[i]
+		if b.locks == a.locks {
+			continue
+		}
+		grown := (float64(b.heapHeld) - float64(b.heapIdle)) - (float64(a.heapHeld) - float64(a.heapIdle))
+		fmt.Fprintf(out, "heap per extra lock, %d → %d locks: %.0f B\n", a.locks, b.locks, grown/float64(b.locks-a.locks))
+	}
+}
