@@ -60,6 +60,7 @@ type Client struct {
 }
 
 type clientStats struct {
+	rounds             atomic.Uint64
 	lateRounds         atomic.Uint64
 	heartbeatsSent     atomic.Uint64
 	heartbeatsFailed   atomic.Uint64
@@ -77,9 +78,9 @@ type clientStats struct {
 type Stats struct {
 	// HeldLocks is the number of locks the client holds now.
 	HeldLocks int
-	// LateRounds counts heartbeat rounds that could not send every lock's
-	// heartbeat within the heartbeat period.
-	LateRounds uint64
+	// Rounds counts heartbeat rounds started; LateRounds those that could
+	// not send every lock's heartbeat within the heartbeat period.
+	Rounds, LateRounds uint64
 	// HeartbeatsSent and HeartbeatsFailed count heartbeat calls that
 	// succeeded and that failed (stolen locks included).
 	HeartbeatsSent, HeartbeatsFailed uint64
@@ -105,6 +106,7 @@ func (c *Client) Stats() Stats {
 	s := &c.stats
 	return Stats{
 		HeldLocks:          held,
+		Rounds:             s.rounds.Load(),
 		LateRounds:         s.lateRounds.Load(),
 		HeartbeatsSent:     s.heartbeatsSent.Load(),
 		HeartbeatsFailed:   s.heartbeatsFailed.Load(),

@@ -74,7 +74,7 @@ func acquireN(t *testing.T, c *ddblock.Client, keys ...string) []*ddblock.Lock {
 }
 
 // In adaptive mode each of N locks gets one heartbeat a period, period/N
-// apart, in the order the locks were taken.
+// apart.
 func TestAdaptiveSpacing(t *testing.T) {
 	e := newEnv(t)
 	clk := fakeClock()
@@ -86,24 +86,62 @@ func TestAdaptiveSpacing(t *testing.T) {
 	drive(t, clk, c, start+4*time.Second)
 
 	// The first round may have started with fewer locks; from the second
-	// on (after start+1s) the schedule is exact.
+	// on (after start+1s) the schedule is exact: every 250 ms a send, and
+	// each lock once in every second.
 	var got []send
 	for _, s := range rec.log() {
 		if s.at > start+time.Second {
 			got = append(got, send{s.key, s.at - start})
 		}
 	}
-	var want []send
-	for round := 1; round < 4; round++ {
-		for i, k := range []string{"a", "b", "c", "d"} {
-			want = append(want, send{k, time.Duration(round)*time.Second + time.Duration(i+1)*250*time.Millisecond})
+	if len(got) != 12 {
+		t.Fatalf("%d heartbeats in three rounds of four locks: %v", len(got), got)
+	}
+	for i, s := range got {
+		if want := time.Second + time.Duration(i+1)*250*time.Millisecond; s.at != want {
+			t.Errorf("send %d (%s) at %v; want %v", i, s.key, s.at, want)
 		}
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(send{})); diff != "" {
-		t.Errorf("heartbeat schedule (-want +got):\n%s", diff)
+	for round := range 3 {
+		keys := map[string]bool{}
+		for _, s := range got[4*round : 4*round+4] {
+			keys[s.key] = true
+		}
+		if len(keys) != 4 {
+			t.Errorf("round %d heartbeated %v; want each lock once", round+2, got[4*round:4*round+4])
+		}
 	}
 	if s := c.Stats(); s.LateRounds != 0 || s.HeartbeatsFailed != 0 {
 		t.Errorf("stats: %+v", s)
+	}
+}
+
+// A lock acquired while a round is under way is heartbeated early in the
+// next round, not after every older lock: the lock whose last successful
+// write is oldest goes first.
+func TestNewLockHeartbeatedFirstInNextRound(t *testing.T) {
+	e := newEnv(t)
+	clk := fakeClock()
+	rec := &sendLog{DynamoDBAPI: e.ddb, clk: clk}
+	c := e.clientOn(rec, ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second),
+		ddblock.WithSafePeriod(4*time.Second), ddblock.WithLeaseDuration(6*time.Second))
+	start := clk.Monotonic()
+	acquireN(t, c, "a", "b", "c")
+	drive(t, clk, c, start+1500*time.Millisecond) // mid-round
+	acquireN(t, c, "late")
+	drive(t, clk, c, start+3*time.Second)
+	// Acquired at 1.5 s, it goes ahead of the locks heartbeated after
+	// that in the round it missed: no later than 2.75 s (taken in
+	// acquisition order, it would wait until the end of the round, 3 s).
+	first := time.Duration(-1)
+	for _, s := range rec.log() {
+		if s.key == "late" {
+			first = s.at - start
+			break
+		}
+	}
+	if first < 0 || first > 2750*time.Millisecond {
+		t.Errorf("the lock acquired at 1.5 s was first heartbeated at %v; want by 2.75 s (log %v)", first, rec.log())
 	}
 }
 

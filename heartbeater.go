@@ -14,12 +14,13 @@ import (
 )
 
 // heartbeater is the client's one heartbeat scheduler. It works in
-// rounds: each round takes the held locks in the order they were
-// acquired and sends each one heartbeat, either spread evenly over the
-// heartbeat period (adaptive, the default: lock i of n goes at
+// rounds: each round takes the held locks, the one whose last successful
+// write is oldest first, and sends each one heartbeat, either spread
+// evenly over the heartbeat period (adaptive, the default: lock i of n goes at
 // start + period·(i+1)/n) or paced by a rate limiter (explicit TPS).
 //
-// Sends run on at most HeartbeatConcurrency goroutines, each bounded by
+// Sends run on at most HeartbeatConcurrency sender goroutines, started
+// as needed and kept until the client closes, each call bounded by
 // HeartbeatTimeout, so one slow call never holds up the other locks. A
 // lock whose previous heartbeat is still in flight is passed over for the
 // round. When the server cannot keep up, a round overruns its period: the
@@ -29,7 +30,13 @@ type heartbeater struct {
 	c       *Client
 	wake    chan struct{}
 	limiter *rate.Limiter // nil in adaptive mode
-	sends   errgroup.Group
+	// The senders take jobs from an unbuffered channel, so that dispatch
+	// waits for a free one. They live as long as the scheduler: a fresh
+	// goroutine per heartbeat would grow its stack, by copying, through
+	// the SDK's deep call chain on every send.
+	senders  errgroup.Group
+	jobs     chan func()
+	nSenders int // started so far; only run's goroutine touches it
 }
 
 func newHeartbeater(c *Client) *heartbeater {
@@ -37,7 +44,7 @@ func newHeartbeater(c *Client) *heartbeater {
 	if c.opts.HeartbeatTPS > 0 {
 		h.limiter = rate.NewLimiter(rate.Limit(c.opts.HeartbeatTPS), 1)
 	}
-	h.sends.SetLimit(c.opts.HeartbeatConcurrency)
+	h.jobs = make(chan func())
 	return h
 }
 
@@ -50,7 +57,10 @@ func (h *heartbeater) poke() {
 }
 
 func (h *heartbeater) run(ctx context.Context) {
-	defer func() { _ = h.sends.Wait() }()
+	defer func() {
+		close(h.jobs)
+		_ = h.senders.Wait()
+	}()
 	for {
 		locks := h.c.heldLocks()
 		if len(locks) == 0 {
@@ -61,10 +71,35 @@ func (h *heartbeater) run(ctx context.Context) {
 				continue
 			}
 		}
-		slices.SortFunc(locks, func(a, b *Lock) int { return cmp.Compare(a.seq, b.seq) })
+		oldestFirst(locks)
 		if !h.round(ctx, locks) {
 			return
 		}
+	}
+}
+
+// oldestFirst orders locks by their last successful heartbeat (or
+// acquire), oldest first, then by acquisition. In steady state that is
+// the previous round's order; a lock acquired during the previous round
+// takes the place its acquire time gives it, rather than waiting behind
+// every older lock for a whole further round; and under overload the
+// lock that has waited longest goes first.
+func oldestFirst(locks []*Lock) {
+	type entry struct {
+		l    *Lock
+		last time.Duration
+	}
+	es := make([]entry, len(locks))
+	for i, l := range locks {
+		l.mu.Lock()
+		es[i] = entry{l, l.lastHeartbeat}
+		l.mu.Unlock()
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.last, b.last), cmp.Compare(a.l.seq, b.l.seq))
+	})
+	for i, e := range es {
+		locks[i] = e.l
 	}
 }
 
@@ -73,6 +108,7 @@ func (h *heartbeater) round(ctx context.Context, locks []*Lock) bool {
 	clk := h.c.clock
 	period := h.c.opts.HeartbeatPeriod
 	start := clk.Monotonic()
+	h.c.stats.rounds.Add(1)
 	n := time.Duration(len(locks))
 	for i, l := range locks {
 		var due time.Duration
@@ -134,12 +170,28 @@ func (h *heartbeater) dispatch(ctx context.Context, l *Lock) {
 	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
 	l.mu.Unlock()
 	h.c.stats.heartbeatsInFlight.Add(1)
-	h.sends.Go(func() error {
+	job := func() {
 		defer h.c.stats.heartbeatsInFlight.Add(-1)
 		defer close(done)
 		h.c.heartbeat(ctx, l, oldRVN, unknown)
-		return nil
-	})
+	}
+	select {
+	case h.jobs <- job: // an idle sender took it
+		return
+	default:
+	}
+	if h.nSenders < h.c.opts.HeartbeatConcurrency {
+		h.nSenders++
+		h.senders.Go(func() error {
+			job()
+			for next := range h.jobs {
+				next()
+			}
+			return nil
+		})
+		return
+	}
+	h.jobs <- job // every sender is busy: wait for one
 }
 
 // heartbeat is Python's: a conditional UpdateItem of the record version
