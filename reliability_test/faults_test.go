@@ -103,16 +103,18 @@ func TestAcquireGivesUpWithTypedError(t *testing.T) {
 			e := newEnv(t)
 			c := e.faulty(2)
 			c.proxy.MustInject(faultproxy.Rule{Kind: kind, Op: "PutItem"})
-			_, err := c.AcquireLock(context.Background(), "k", ddblock.WithRetryTimeout(5*time.Second))
-			// The SDK's attempts are used up: ddblock ends the acquire with
-			// UNKNOWN and the cause, without waiting out its retry timeout.
+			_, err := c.AcquireLock(context.Background(), "k",
+				ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(2*time.Second))
+			// Each attempt uses up the SDK's two; ddblock tries again at
+			// every retry period (0, 1 and 2 s) and, when the last attempt
+			// failed too, ends the acquire with UNKNOWN and the cause.
 			lerr := wantCode(t, err, ddblock.CodeUnknown)
 			if lerr.PartitionKey != "k" {
 				t.Errorf("error %v does not name the key", err)
 			}
 			wantCause(t, err, kind)
-			if got := c.proxy.Counts().ByOp["PutItem"]; got != 2 {
-				t.Errorf("PutItem was sent %d times, want the SDK's 2 attempts", got)
+			if got := c.proxy.Counts().ByOp["PutItem"]; got != 2*3 {
+				t.Errorf("PutItem was sent %d times, want the SDK's 2 attempts in each of ddblock's 3", got)
 			}
 			if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
 				t.Errorf("GetLock after a failed acquire: %v, want LOCK_NOT_FOUND", err)
@@ -406,9 +408,9 @@ func TestReleaseUnderFaults(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		err = lock.Release(ctx, ddblock.WithBestEffort(false))
-		// Release reports a cancelled call as UNKNOWN wrapping the
-		// context's error (AcquireLock says ACQUIRE_TIMEOUT or CANCELED).
-		wantCode(t, err, ddblock.CodeUnknown)
+		// Release reports a call its context ended as CANCELED wrapping
+		// the context's error.
+		wantCode(t, err, ddblock.CodeCanceled)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("error %v does not match context.DeadlineExceeded", err)
 		}
