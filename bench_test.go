@@ -32,19 +32,7 @@ func benchTable(tb testing.TB) (*dynamodb.Client, string) {
 	srv := ddbtest.Shared(tb)
 	ddb := ddbtest.NewClient(srv.Endpoint, srv.External, 0)
 	table := ddbtest.TableName(tb)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := ddblock.CreateTable(ctx, ddb,
-		ddblock.WithTableNames(ddblock.Options{
-			TableName:        table,
-			PartitionKeyName: ddblock.DefaultPartitionKeyName,
-			SortKeyName:      ddblock.DefaultSortKeyName,
-			TTLAttributeName: ddblock.DefaultTTLAttributeName,
-		}),
-		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		tb.Fatalf("CreateTable: %v", err)
-	}
+	ddbtest.CreateTable(tb, ddb, table)
 	if _, isBench := tb.(*testing.B); isBench {
 		benchWarmUp(tb, ddb, table)
 	}

@@ -12,7 +12,6 @@ package compat_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sort"
@@ -78,14 +77,8 @@ func server(t *testing.T) *dynamodb.Client {
 // to Go would; the server may lack UpdateTimeToLive (dynalite does).
 func createTable(t *testing.T, ddb *dynamodb.Client, n names) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := ddblock.CreateTable(ctx, ddb,
-		ddblock.WithTableNames(ddblock.Options{TableName: n.Table, PartitionKeyName: n.PK, SortKeyName: n.SK, TTLAttributeName: n.TTL}),
-		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable(%s): %v", n.Table, err)
-	}
+	ddbtest.CreateTable(t, ddb, n.Table,
+		ddblock.WithTableNames(ddblock.Options{TableName: n.Table, PartitionKeyName: n.PK, SortKeyName: n.SK, TTLAttributeName: n.TTL}))
 }
 
 // newGoClient returns a Go client on the table, closed when the test ends.

@@ -7,7 +7,6 @@ package reliability
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -71,19 +70,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	srv := ddbtest.Shared(t)
 	e := &env{t: t, table: ddbtest.TableName(t), direct: srv.Client(0)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := ddblock.CreateTable(ctx, e.direct,
-		ddblock.WithTableNames(ddblock.Options{
-			TableName:        e.table,
-			PartitionKeyName: ddblock.DefaultPartitionKeyName,
-			SortKeyName:      ddblock.DefaultSortKeyName,
-			TTLAttributeName: ddblock.DefaultTTLAttributeName,
-		}),
-		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable: %v", err)
-	}
+	ddbtest.CreateTable(t, e.direct, e.table)
 	return e
 }
 

@@ -111,17 +111,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{t: t, table: ddbtest.TableName(t), endpoint: server.Endpoint, env: baseEnv()}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := ddblock.CreateTable(ctx, sdk, ddblock.WithTableNames(ddblock.Options{
-		TableName:        f.table,
-		PartitionKeyName: ddblock.DefaultPartitionKeyName,
-		SortKeyName:      ddblock.DefaultSortKeyName,
-		TTLAttributeName: ddblock.DefaultTTLAttributeName,
-	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable: %v", err)
-	}
+	ddbtest.CreateTable(t, sdk, f.table)
 	return f
 }
 

@@ -4,14 +4,18 @@
 package ddbtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/dynalite"
 )
 
@@ -71,4 +75,26 @@ func TableName(t testing.TB) string {
 		name = name[:200]
 	}
 	return fmt.Sprintf("%s_%d_%d", name, os.Getpid(), tableCount.Add(1))
+}
+
+// CreateTable creates a lock table for a test, on demand, with ddblock's
+// default attribute names changed by opts, and fails the test if it
+// cannot. A server without UpdateTimeToLive (dynalite) is fine: the table
+// is created and usable all the same.
+func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddblock.TableOption) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	all := append([]ddblock.TableOption{
+		ddblock.WithTableNames(ddblock.Options{
+			TableName:        name,
+			PartitionKeyName: ddblock.DefaultPartitionKeyName,
+			SortKeyName:      ddblock.DefaultSortKeyName,
+			TTLAttributeName: ddblock.DefaultTTLAttributeName,
+		}),
+		ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond),
+	}, opts...)
+	if err := ddblock.CreateTable(ctx, ddb, all...); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
+		t.Fatalf("CreateTable(%s): %v", name, err)
+	}
 }

@@ -36,19 +36,7 @@ func newRig(t *testing.T, opts ...faultproxy.Option) *rig {
 	t.Helper()
 	srv := ddbtest.Shared(t)
 	r := &rig{t: t, table: ddbtest.TableName(t), direct: srv.Client(1)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := ddblock.CreateTable(ctx, r.direct,
-		ddblock.WithTableNames(ddblock.Options{
-			TableName:        r.table,
-			PartitionKeyName: ddblock.DefaultPartitionKeyName,
-			SortKeyName:      ddblock.DefaultSortKeyName,
-			TTLAttributeName: ddblock.DefaultTTLAttributeName,
-		}),
-		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable: %v", err)
-	}
+	ddbtest.CreateTable(t, r.direct, r.table)
 	p, err := faultproxy.Start(srv.Endpoint, opts...)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
