@@ -2,7 +2,6 @@ package ddblock_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -34,22 +33,18 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 	for _, o := range tableOpts {
 		o(&to)
 	}
-	opts := []ddblock.TableOption{ddblock.WithTableNames(ddblock.Options{
+	names := ddblock.Options{
 		TableName:        e.table,
 		PartitionKeyName: or(to.PartitionKeyName, ddblock.DefaultPartitionKeyName),
 		SortKeyName:      or(to.SortKeyName, ddblock.DefaultSortKeyName),
 		TTLAttributeName: or(to.TTLAttributeName, ddblock.DefaultTTLAttributeName),
-	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ddblock.CreateTable(ctx, e.ddb, opts...); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable: %v", err)
 	}
+	ddbtest.CreateTable(t, e.ddb, e.table, ddblock.WithTableNames(names))
 	e.names = []ddblock.Option{
-		ddblock.WithTableName(e.table),
-		ddblock.WithPartitionKeyName(or(to.PartitionKeyName, ddblock.DefaultPartitionKeyName)),
-		ddblock.WithSortKeyName(or(to.SortKeyName, ddblock.DefaultSortKeyName)),
-		ddblock.WithTTLAttributeName(or(to.TTLAttributeName, ddblock.DefaultTTLAttributeName)),
+		ddblock.WithTableName(names.TableName),
+		ddblock.WithPartitionKeyName(names.PartitionKeyName),
+		ddblock.WithSortKeyName(names.SortKeyName),
+		ddblock.WithTTLAttributeName(names.TTLAttributeName),
 	}
 	return e
 }

@@ -139,9 +139,6 @@ type Fault struct {
 	left     int // guarded by p.mu; -1 when unlimited
 }
 
-// Rule returns the fault's rule.
-func (f *Fault) Rule() Rule { return f.rule }
-
 // Injected returns how many requests the fault has hit.
 func (f *Fault) Injected() int64 { return f.injected.Load() }
 
