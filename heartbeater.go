@@ -254,7 +254,7 @@ func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string, unknown 
 		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk)
 	default:
 		c.stats.heartbeatsFailed.Add(1)
-		if !isConditionFailed(err) {
+		if outcomeUnknown(err) {
 			// The write may have landed: remember its version number.
 			if len(l.unknownRVNs) == maxUnknownHeartbeats {
 				l.unknownRVNs = append(l.unknownRVNs[:0], l.unknownRVNs[1:]...)
