@@ -41,10 +41,9 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	locks   map[string]*Lock
-	nextSeq uint64
+	mu     sync.Mutex
+	closed bool
+	locks  map[string]*Lock
 
 	observations *observations
 
@@ -78,14 +77,19 @@ type clientStats struct {
 type Stats struct {
 	// HeldLocks is the number of locks the client holds now.
 	HeldLocks int
-	// Rounds counts heartbeat rounds started; LateRounds those that could
-	// not send every lock's heartbeat within the heartbeat period.
+	// Rounds counts the heartbeat scheduler's rounds: stretches of one
+	// heartbeat period in which it sent heartbeats (about one a period
+	// while locks are held). LateRounds counts those in which a
+	// heartbeat went out more than a tenth of a period after it was due
+	// (a period after the lock's last write): the server or the
+	// senders cannot keep up.
 	Rounds, LateRounds uint64
 	// HeartbeatsSent and HeartbeatsFailed count heartbeat calls that
 	// succeeded and that failed (stolen locks included).
 	HeartbeatsSent, HeartbeatsFailed uint64
-	// HeartbeatsSkipped counts locks passed over in a round because their
-	// previous heartbeat was still in flight.
+	// HeartbeatsSkipped counts heartbeats that fell due while the lock's
+	// previous heartbeat was still in flight (a call slower than a
+	// period); each lock's next one goes when that call ends.
 	HeartbeatsSkipped uint64
 	// HeartbeatsInFlight is the number of heartbeats dispatched and not
 	// yet finished: calls under way, and any waiting for a free sender.
@@ -185,10 +189,8 @@ func (c *Client) register(l *Lock) bool {
 	if c.closed {
 		return false
 	}
-	c.nextSeq++
-	l.seq = c.nextSeq
 	c.locks[l.id] = l
-	c.heartbeats.poke()
+	c.heartbeats.add(&l.sched, l, l.lastHeartbeat)
 	return true
 }
 
@@ -200,6 +202,7 @@ func (c *Client) unregister(l *Lock) bool {
 		return false
 	}
 	delete(c.locks, l.id)
+	c.heartbeats.remove(&l.sched)
 	return true
 }
 
