@@ -156,6 +156,7 @@ func TestRunExitStatus(t *testing.T) {
 		{"high status", []string{"sh", "-c", "exit 125"}, 125, ""},
 		{"killed by a signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM), ""},
 		{"not found", []string{"ddblock-no-such-command"}, 127, "command not found: ddblock-no-such-command"},
+		{"no such path", []string{"/nonexistent/ddblock-cmd"}, 127, "command not found: /nonexistent/ddblock-cmd"},
 		{"not executable", []string{notExec}, 126, "cannot run"},
 	}
 	for _, tt := range tests {
@@ -451,7 +452,7 @@ func TestEnsureTable(t *testing.T) {
 		t.Errorf("ensure-table again: %v", r)
 	}
 	r = f.run("ensure-table", "--partition-key-name", "id")
-	if r.code != exitUsage || !strings.Contains(r.stderr, `partition key is "lock_key", want "id"`) {
+	if r.code != exitConfig || !strings.Contains(r.stderr, `partition key is "lock_key", want "id"`) {
 		t.Errorf("ensure-table with other keys: %v", r)
 	}
 }
