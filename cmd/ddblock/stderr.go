@@ -110,16 +110,17 @@ func (q *queuedWriter) Close(timeout time.Duration) {
 // captureStderr points os.Stderr at a pipe that one goroutine drains into
 // q, so that code which writes to os.Stderr by itself (the AWS SDK's
 // default logger among it) cannot block ddblock either. Only os.Stderr
-// changes: descriptor 2 stays the real stderr, so that a crash (the Go
-// runtime writes straight to it) is still reported, and child processes
-// are handed real (see environ.childStderr). The returned function puts
-// os.Stderr back and waits, at most timeout, for the pipe to be drained.
+// changes, once, before any other goroutine runs: descriptor 2 stays the
+// real stderr, so that a crash (the Go runtime writes straight to it) is
+// still reported, and child processes are handed the real one (see
+// environ.childStderr). The returned function closes the pipe and waits,
+// at most timeout, for it to be drained; later writes to os.Stderr are
+// lost, as the process is about to exit.
 func captureStderr(q *queuedWriter) (release func(timeout time.Duration)) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return func(time.Duration) {}
 	}
-	real := os.Stderr
 	os.Stderr = w
 	drained := make(chan struct{})
 	go func() {
@@ -137,7 +138,6 @@ func captureStderr(q *queuedWriter) (release func(timeout time.Duration)) {
 		}
 	}()
 	return func(timeout time.Duration) {
-		os.Stderr = real
 		_ = w.Close()
 		t := time.NewTimer(timeout)
 		defer t.Stop()
