@@ -251,7 +251,7 @@ func (g *guard) kill() {
 
 // signal sends sig to the command's group; a group gone already is no
 // error.
-func (g *guard) signal(sig syscall.Signal) { _ = syscall.Kill(-g.pgid, sig) }
+func (g *guard) signal(sig syscall.Signal) { signalGroup(g.pgid, sig) }
 
 // report tells ddblock; if ddblock is gone there is nobody to tell.
 func (g *guard) report(line string) { _, _ = g.events.WriteString(line + "\n") }

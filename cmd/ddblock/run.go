@@ -436,6 +436,9 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 			g.extend(safeUntil())
 		case <-lockDone:
 			lockDone = nil
+			if status >= 0 {
+				continue // the command ended already: said below
+			}
 			lost = lock.Err()
 			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s lost (%s): sending SIGTERM to the command, SIGKILL after %v\n",
 				name, ddblock.CodeOf(lost), tm.grace)
@@ -594,9 +597,10 @@ func signalStatus(sig os.Signal) int {
 }
 
 // signalGroup sends sig to every process of the group; a group that is
-// gone already is no error.
+// gone already is no error. A pgid that is not positive is ignored:
+// kill(0) would signal ddblock's own group.
 func signalGroup(pgid int, sig os.Signal) {
-	if s, ok := sig.(syscall.Signal); ok {
+	if s, ok := sig.(syscall.Signal); ok && pgid > 0 {
 		_ = syscall.Kill(-pgid, s)
 	}
 }
