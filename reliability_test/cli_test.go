@@ -502,8 +502,9 @@ func (c *cliChaos) injectFaults(ctx context.Context) {
 // strikes is the order of the disturber's strikes, over and over: ddblock
 // alone paused (from a heartbeat period to past the lease and safe period
 // together) more often than anything, ddblock killed, its guard killed,
-// its guard paused.
-var strikes = []string{"pause", "pause", "kill", "pause", "kill-guard", "pause", "pause-guard"}
+// its guard paused. Every kind comes in the first four, so that even a
+// slow run (a loaded machine) strikes with each.
+var strikes = []string{"pause", "kill", "kill-guard", "pause-guard", "pause", "pause", "pause"}
 
 // disturb strikes a `ddblock run` that holds its lock, every so often.
 func (c *cliChaos) disturb(ctx context.Context) {
@@ -516,28 +517,37 @@ func (c *cliChaos) disturb(ctx context.Context) {
 		// Strike at a random point of the tenure.
 		time.Sleep(time.Duration(rng.Int64N(int64(100 * time.Millisecond))))
 		d := c.cfg.Heartbeat + time.Duration(rng.Int64N(int64(2*c.cfg.Lease+c.cfg.Safe)))
+		if c.ddblockLongPauses.Load() == 0 {
+			// Until one has happened, a pause of ddblock outlasts the
+			// lease: the case the guard exists for is not left to chance.
+			d = c.cfg.Lease + c.cfg.Heartbeat + time.Duration(rng.Int64N(int64(c.cfg.Lease)))
+		}
+		struck := false
 		switch strikes[n%len(strikes)] {
 		case "pause":
-			if stopFor(ddblockPid, d) {
+			if struck = stopFor(ddblockPid, d); struck {
 				c.ddblockPauses.Add(1)
 				if d > c.cfg.Lease {
 					c.ddblockLongPauses.Add(1)
 				}
 			}
 		case "kill":
-			if syscall.Kill(ddblockPid, syscall.SIGKILL) == nil {
+			if struck = syscall.Kill(ddblockPid, syscall.SIGKILL) == nil; struck {
 				c.ddblockKills.Add(1)
 			}
 		case "kill-guard":
-			if syscall.Kill(guardPid, syscall.SIGKILL) == nil {
+			if struck = syscall.Kill(guardPid, syscall.SIGKILL) == nil; struck {
 				c.guardKills.Add(1)
 			}
 		case "pause-guard":
-			if stopFor(guardPid, d) {
+			if struck = stopFor(guardPid, d); struck {
 				c.guardPauses.Add(1)
 			}
 		}
-		n++
+		if struck {
+			// A process gone before the strike: the same kind next time.
+			n++
+		}
 	}
 }
 
