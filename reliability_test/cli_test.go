@@ -285,16 +285,23 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
+	// ddblock's own log (a slow heartbeat round, say) goes apart from
+	// the stepper's word.
+	errOut, err := os.Create(filepath.Join(dir, "err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errOut.Close()
 	cmd := exec.Command(bin, "run", "--endpoint", srv.Endpoint, "--table", e.table, "--lease", "1s", "--heartbeat", "100ms",
 		"k", "--", self, stepperArg, logPath, "run#1", "10s", "5ms", "escape")
 	cmd.Env = ddblockEnv(srv)
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stdout, cmd.Stderr = out, errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("ddblock run: %v\n%s", err, readOr(out.Name()))
+		t.Fatalf("ddblock run: %v\n%s%s", err, readOr(out.Name()), readOr(errOut.Name()))
 	}
 	var escaped int
 	if _, err := fmt.Sscanf(readOr(out.Name()), "escaped %d", &escaped); err != nil || escaped <= 0 {
-		t.Fatalf("the stepper did not say where it escaped to: %q", readOr(out.Name()))
+		t.Fatalf("the stepper did not say where it escaped to: %q (stderr %q)", readOr(out.Name()), readOr(errOut.Name()))
 	}
 	defer func() { _ = syscall.Kill(escaped, syscall.SIGKILL) }()
 	// ddblock run ended and released the lock; a library holder takes it.

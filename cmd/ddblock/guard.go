@@ -27,7 +27,8 @@ package main
 // Guard to ddblock (event pipe, the guard's fd 4):
 //
 //	P <pid>           the command started; <pid> leads its process group
-//	N                 the lock's safe period ran out before the start
+//	N                 the command was not started: the lock's safe period
+//	                  ran out first, or ddblock asked to stop (T) or died
 //	E <status> <msg>  the command could not be started (126 or 127)
 //	T deadline|asked  SIGTERM sent: the deadline passed, or ddblock asked
 //	K                 SIGKILL sent, the grace being over
@@ -118,7 +119,10 @@ type guardMsg struct {
 }
 
 func (g *guard) run(path string, argv []string) int {
-	if machineNow() >= g.deadline {
+	msgs := make(chan guardMsg, 64)
+	go readLines(g.control, msgs)
+	signals, ok := g.awaitStart(msgs)
+	if !ok {
 		g.report("N")
 		return 0
 	}
@@ -136,14 +140,15 @@ func (g *guard) run(path string, argv []string) int {
 	}
 	g.pgid = cmd.Process.Pid
 	g.report("P " + strconv.Itoa(g.pgid))
+	for _, sig := range signals {
+		g.signal(sig)
+	}
 
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // the status is read from cmd.ProcessState
 		close(exited)
 	}()
-	msgs := make(chan guardMsg, 64)
-	go readLines(g.control, msgs)
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -178,6 +183,51 @@ func (g *guard) run(path string, argv []string) int {
 			}
 			g.report("X " + strconv.Itoa(status))
 			return 0
+		}
+	}
+}
+
+// guardStartWait bounds how long the guard waits, before starting the
+// command, for a deadline later than the one it was started with.
+const guardStartWait = 2 * time.Second
+
+// awaitStart decides whether the command may start: only while the lock
+// is safe. Starting the guard takes time (a loaded machine, a slow
+// exec), in which the deadline it was given may pass while ddblock,
+// heartbeating on, has sent newer ones: it reads those before it judges.
+// Signals ddblock forwarded meanwhile are returned, for the command once
+// it runs. false: the command must not start (the lock is not safe, or
+// ddblock asked to stop it, or is gone).
+func (g *guard) awaitStart(msgs <-chan guardMsg) (signals []syscall.Signal, ok bool) {
+	wait := time.NewTimer(guardStartWait)
+	defer wait.Stop()
+	for {
+		var m guardMsg
+		select {
+		case m = <-msgs: // what has come in already counts first
+		default:
+			if machineNow() < g.deadline {
+				return signals, true
+			}
+			select {
+			case m = <-msgs:
+			case <-wait.C:
+				return nil, false
+			}
+		}
+		if m.eof {
+			return nil, false // ddblock is gone
+		}
+		kind, arg, _ := strings.Cut(m.line, " ")
+		switch kind {
+		case "T":
+			return nil, false
+		case "S":
+			if n, err := strconv.Atoi(arg); err == nil {
+				signals = append(signals, syscall.Signal(n))
+			}
+		default:
+			g.handle(m)
 		}
 	}
 }

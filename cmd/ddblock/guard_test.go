@@ -37,7 +37,7 @@ func holdAndWait(t *testing.T, f *fixture, lines string, bCount int, aExtra ...s
 	t.Helper()
 	a = f.start("run", append(append(slices.Clone(timingFlags), "--owner", "owner-A", "job", "--"),
 		writerCommand(t, "A", lines, writerEvery, 0, aExtra...)...)...)
-	eventually(t, "A's command to write", func() bool { return len(linesOf(readWriterLines(t, lines), "A")) > 0 })
+	a.eventuallyWhileRunning("A's command to write", func() bool { return len(linesOf(readWriterLines(t, lines), "A")) > 0 })
 	first := linesOf(readWriterLines(t, lines), "A")[0]
 	writerPid, guardPid = first.pid, first.ppid
 	t.Cleanup(func() {
@@ -56,7 +56,7 @@ func holdAndWait(t *testing.T, f *fixture, lines string, bCount int, aExtra ...s
 	}
 	b = f.start("run", append(append(slices.Clone(timingFlags), "--owner", "owner-B", "--wait", "30s", "job", "--"),
 		writerCommand(t, "B", lines, writerEvery, bCount)...)...)
-	eventually(t, "B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
+	b.eventuallyWhileRunning("B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
 	return a, b, writerPid, guardPid
 }
 
@@ -204,7 +204,7 @@ func TestGuardWholeGroupStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "B's command to write", func() bool { return len(linesOf(readWriterLines(t, lines), "B")) > 0 })
+	b.eventuallyWhileRunning("B's command to write", func() bool { return len(linesOf(readWriterLines(t, lines), "B")) > 0 })
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
@@ -394,4 +394,60 @@ func TestRunRetriesTransientFailure(t *testing.T) {
 		!strings.Contains(r.stderr, "trying again for up to 10s") || !strings.Contains(r.stderr, "acquired lock") {
 		t.Errorf("--wait 10s with a failing first try: want the run to try again and succeed: %v", r)
 	}
+}
+
+// The guard judges its first deadline only after reading what ddblock
+// sent while it started: a guard slow to start (a loaded machine) whose
+// given deadline has passed still starts the command if a newer one is
+// in its pipe, and refuses to if none comes.
+func TestGuardStartDeadline(t *testing.T) {
+	start := func(t *testing.T) *guardProc {
+		t.Helper()
+		g, err := startGuard(guardSpec{
+			self: binPath, path: "/bin/sh", argv: []string{"sh", "-c", "exit 7"}, env: baseEnv(),
+			grace: 100 * time.Millisecond, deadline: machineNow() - int64(time.Second),
+			stdout: io.Discard, stderr: io.Discard,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			g.close()
+			select {
+			case <-g.exited:
+			case <-time.After(time.Minute):
+				_ = g.cmd.Process.Kill()
+				t.Error("the guard did not end")
+			}
+		})
+		return g
+	}
+	events := func(g *guardProc) string {
+		var kinds []string
+		for ev := range g.events {
+			kinds = append(kinds, strings.TrimSpace(ev.kind+" "+ev.arg))
+		}
+		return strings.Join(kinds, ",")
+	}
+	t.Run("newer deadline", func(t *testing.T) {
+		g := start(t)
+		g.extend(machineNow() + int64(time.Minute))
+		got := events(g)
+		if !strings.HasPrefix(got, "P ") || !strings.HasSuffix(got, ",X 7") {
+			t.Errorf("guard events %q: want the command started (P) and its status (X 7)", got)
+		}
+	})
+	t.Run("no newer deadline", func(t *testing.T) {
+		g := start(t)
+		if got := events(g); got != "N" {
+			t.Errorf("guard events %q: want N, the command not started", got)
+		}
+	})
+	t.Run("asked to stop", func(t *testing.T) {
+		g := start(t)
+		g.terminate()
+		if got := events(g); got != "N" {
+			t.Errorf("guard events %q: want N, the command not started", got)
+		}
+	})
 }

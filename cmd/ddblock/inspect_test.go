@@ -304,7 +304,7 @@ func TestLsHolderLiveness(t *testing.T) {
 	lines := writerFile(t)
 	run := f.start("run", append(append(slices.Clone(timingFlags), "--owner", "runner", "live", "--"),
 		writerCommand(t, "A", lines, writerEvery, 0)...)...)
-	eventually(t, "the run's command to start", func() bool { return len(readWriterLines(t, lines)) > 0 })
+	run.eventuallyWhileRunning("the run's command to start", func() bool { return len(readWriterLines(t, lines)) > 0 })
 	// A holder that stamps its heartbeats, with a long heartbeat period:
 	// fresh by its stamp, silent through a short watch.
 	stamping, err := ddblock.New(sdk, ddblock.WithTableName(f.table), ddblock.WithOwnerName("stamper"),

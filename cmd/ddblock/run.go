@@ -412,7 +412,7 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 		lost       error      // the lock's error, once the library gave it up
 		notRenewed bool       // the guard stopped the command at its deadline
 		startErr   guardEvent // the guard could not start the command
-		notStarted bool       // the safe period ran out before the start
+		notStarted bool       // the guard did not start the command
 		killSaid   bool
 		kill       *time.Timer
 		killC      <-chan time.Time
@@ -496,9 +496,12 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 			return fail(n, "command not found: %s (%s)", command[0], msg)
 		}
 		return fail(n, "cannot run %s: %s", command[0], msg)
+	case notStarted && lost != nil:
+		r.release(lock, true)
+		return fail(exitLockLost, "lock %s was lost (%s) before the command could start; the command did not run", name, ddblock.CodeOf(lost))
 	case notStarted:
 		r.release(lock, true)
-		return fail(exitLockLost, "lock %s: its safe period ran out before the command could start (ddblock was stopped or starved); the command did not run", name)
+		return fail(exitLockLost, "lock %s: its safe period ran out before the command could start (ddblock or its guard was stopped or starved); the command did not run", name)
 	case status < 0:
 		return r.guardDied(lock, g, pgid)
 	}
