@@ -1,14 +1,30 @@
-# The two commands of the README's quick start.
-DYNALITE := internal/dynalite/testdata/dynalite
+# The commands of the README's quick start.
+SERVERS := internal/testserver/testdata
+GOTEST := go test -race -count=1
 
-.PHONY: test demo deps fuzz
+.PHONY: test test-dynalite test-dynamodb-local vet demo deps fuzz
 
-## test: every test, with the race detector, against a local dynalite
-## that the test harness starts by itself (installed from the lockfile).
-test: deps
-	go vet ./...
-	go test -race -count=1 ./...
+## test: every test, with the race detector, against each local server in
+## turn (dynalite, then Amazon's DynamoDB Local), which the test harness
+## starts by itself (installed from the lockfiles); then the fuzz targets.
+test: deps vet test-dynalite test-dynamodb-local
 	$(MAKE) fuzz FUZZTIME=10s
+
+vet:
+	go vet ./...
+
+## test-dynalite, test-dynamodb-local: the whole suite against one server.
+test-dynalite:
+	@echo "=== go test ./... against dynalite (DDBLOCK_TEST_SERVER=dynalite)"
+	@if [ -n "$$DDBLOCK_TEST_ENDPOINT" ]; then echo "=== DDBLOCK_TEST_ENDPOINT is set: the tests run against $$DDBLOCK_TEST_ENDPOINT instead"; fi
+	DDBLOCK_TEST_SERVER=dynalite $(GOTEST) ./...
+	@echo "=== passed against dynalite"
+
+test-dynamodb-local:
+	@echo "=== go test ./... against DynamoDB Local (DDBLOCK_TEST_SERVER=dynamodb-local)"
+	@if [ -n "$$DDBLOCK_TEST_ENDPOINT" ]; then echo "=== DDBLOCK_TEST_ENDPOINT is set: the tests run against $$DDBLOCK_TEST_ENDPOINT instead"; fi
+	DDBLOCK_TEST_SERVER=dynamodb-local $(GOTEST) ./...
+	@echo "=== passed against DynamoDB Local"
 
 ## fuzz: a short run of each fuzz target (longer: make fuzz FUZZTIME=5m).
 FUZZTIME ?= 30s
@@ -17,8 +33,13 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzOptions$$' -fuzztime $(FUZZTIME) .
 
 ## demo: two workers contend for a lock, one dies, the other takes over.
-demo: deps
+## It runs against dynalite: Node.js only, and up in well under a second.
+demo:
+	cd $(SERVERS)/dynalite && npm ci --no-audit --no-fund --loglevel=error
 	go run ./cmd/ddblock demo
 
+## deps: install both servers from their lockfiles (the harness would do
+## it on first use; doing it here keeps npm's output out of the tests').
 deps:
-	cd $(DYNALITE) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(SERVERS)/dynalite && npm ci --no-audit --no-fund --loglevel=error
+	cd $(SERVERS)/dynamodb-local && npm ci --no-audit --no-fund --loglevel=error

@@ -30,7 +30,7 @@ import (
 func benchTable(tb testing.TB) (*dynamodb.Client, string) {
 	tb.Helper()
 	srv := ddbtest.Shared(tb)
-	ddb := ddbtest.NewClient(srv.Endpoint, srv.External, 0)
+	ddb := srv.Client(0)
 	table := ddbtest.TableName(tb)
 	ddbtest.CreateTable(tb, ddb, table)
 	if _, isBench := tb.(*testing.B); isBench {

@@ -269,7 +269,7 @@ func TestHeartbeatSurvivesLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	ddb := ddbtest.NewClient(p.URL(), false, 3) // the SDK retries a dropped reply
+	ddb := ddbtest.Shared(t).ClientFor(p.URL(), 3) // the SDK retries a dropped reply
 	clk := fakeClock()
 	c := e.clientOn(ddb, ddblock.WithClock(clk))
 	var ev events
@@ -358,7 +358,7 @@ func TestMetrics(t *testing.T) {
 	defer p.Close()
 	var m metricsLog
 	clk := fakeClock()
-	c := e.clientOn(ddbtest.NewClient(p.URL(), false, 3), ddblock.WithClock(clk), ddblock.WithMetrics(&m))
+	c := e.clientOn(ddbtest.Shared(t).ClientFor(p.URL(), 3), ddblock.WithClock(clk), ddblock.WithMetrics(&m))
 	ctx := context.Background()
 	p.MustInject(faultproxy.Rule{Kind: faultproxy.Throttling, Op: "PutItem", Count: 1})
 	lock, err := c.AcquireLock(ctx, "k")

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/dynalite"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 const demoAbout = `
@@ -57,7 +57,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 	}()
 
 	fmt.Fprintln(env.stdout, "ddblock demo: starting a local DynamoDB-compatible server (dynalite)...")
-	srv, err := dynalite.Start()
+	srv, err := testserver.Start(testserver.Dynalite)
 	if err != nil {
 		return fail(exitUnavailable, "%v", err)
 	}
@@ -67,7 +67,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 
 	d := &demo{
 		out:   env.stdout,
-		ddb:   dynalite.NewClient(srv.Endpoint, srv.External, 0),
+		ddb:   srv.Client(0),
 		table: "ddblock-demo",
 		quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
