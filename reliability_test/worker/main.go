@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/testserver"
 	"github.com/ddblock/ddblock/internal/mutexcheck"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 // Result is what a worker prints on a clean stop.
