@@ -205,7 +205,7 @@ func (f *fleet) run(round int, kind string, holderSide side) {
 	}
 	switch {
 	case kind == "heartbeat" && lost:
-		t.Logf("%s: lost the lock while holding it (machine overloaded?); round inconclusive", hName)
+		t.Logf("%s: lost the lock while holding it (machine overloaded?); round inconclusive %v", hName, func() any { if g, ok := hl.(goHolding); ok { return g.l.Err() }; return nil }())
 	case kind == "heartbeat":
 		if beats := h.heartbeats() - beatsBefore; beats == 0 {
 			t.Errorf("%s: held the lock %v, twice its lease, without a heartbeat", hName, holdFor)
