@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -122,13 +123,18 @@ func (c *connFlags) logger() *slog.Logger {
 type sdkLogger struct{ log *slog.Logger }
 
 func (l sdkLogger) Logf(class logging.Classification, format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
+	msg := secretHeaders.ReplaceAllString(fmt.Sprintf(format, v...), "$1: [redacted]")
 	level := slog.LevelDebug
 	if class == logging.Warn && !spuriousChecksumWarning(v) {
 		level = slog.LevelWarn
 	}
 	l.log.Log(context.Background(), level, "aws sdk: "+msg)
 }
+
+// secretHeaders are the lines of a logged request that carry a
+// credential (a session token) or a signature: --debug output gets
+// pasted into tickets.
+var secretHeaders = regexp.MustCompile(`(?im)^(authorization|x-amz-security-token):[^\r\n]*`)
 
 // spuriousChecksumWarning recognises the SDK's "failed to close HTTP
 // response body ...: response did not match expected checksum, 0, N"
