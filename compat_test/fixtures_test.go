@@ -362,14 +362,15 @@ func TestGoReadsPythonFixtures(t *testing.T) {
 		t.Run(fx.file, func(t *testing.T) {
 			n := fx.names(t)
 			createTable(t, ddb, n)
-			putRaw(t, ddb, n, loadFixture(t, fx.file))
+			want := fx.want
+			want.ExpiryTime = putRaw(t, ddb, n, loadFixture(t, fx.file))
 			c := newGoClient(t, ddb, n)
 
 			got, err := c.GetLock(context.Background(), fx.want.PartitionKey, fx.want.SortKey)
 			if err != nil {
 				t.Fatalf("GetLock: %v", err)
 			}
-			if diff := cmp.Diff(&fx.want, got, attrOpts); diff != "" {
+			if diff := cmp.Diff(&want, got, attrOpts); diff != "" {
 				t.Errorf("GetLock (-want +got):\n%s", diff)
 			}
 			if got.ID() != fx.id {
@@ -383,7 +384,7 @@ func TestGoReadsPythonFixtures(t *testing.T) {
 				}
 				listed = append(listed, info)
 			}
-			if diff := cmp.Diff([]*ddblock.LockInfo{&fx.want}, listed, attrOpts); diff != "" {
+			if diff := cmp.Diff([]*ddblock.LockInfo{&want}, listed, attrOpts); diff != "" {
 				t.Errorf("ListLocks (-want +got):\n%s", diff)
 			}
 		})
@@ -453,7 +454,8 @@ func TestFractionalLeaseFromPythonFloat(t *testing.T) {
 		item := loadFixture(t, "python_fractional_binary")
 		truncated := pythonLease01[:len("0.")+38]
 		item["lease_duration"] = &types.AttributeValueMemberN{Value: truncated}
-		putRaw(t, ddb, n, item)
+		want := *want
+		want.ExpiryTime = putRaw(t, ddb, n, item)
 		raw := rawItem(t, ddb, n, want.PartitionKey, want.SortKey)
 		stored := raw["lease_duration"].(*types.AttributeValueMemberN).Value
 		if stored != truncated {
@@ -463,7 +465,7 @@ func TestFractionalLeaseFromPythonFloat(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GetLock: %v", err)
 		}
-		if diff := cmp.Diff(want, got, attrOpts); diff != "" {
+		if diff := cmp.Diff(&want, got, attrOpts); diff != "" {
 			t.Errorf("GetLock (-want +got):\n%s", diff)
 		}
 		// A Python reader gets the same lease from it.
@@ -509,13 +511,14 @@ func TestGetLock(t *testing.T) {
 	})
 
 	t.Run("held by Python", func(t *testing.T) {
-		putRaw(t, ddb, n, loadFixture(t, "python_default"))
+		want := pythonFixtures[0].want
+		want.ExpiryTime = putRaw(t, ddb, n, loadFixture(t, "python_default"))
 		// An empty sort key means Python's default, "-".
 		got, err := reader.GetLock(ctx, "orders/42", "")
 		if err != nil {
 			t.Fatalf("GetLock: %v", err)
 		}
-		if diff := cmp.Diff(&pythonFixtures[0].want, got, attrOpts); diff != "" {
+		if diff := cmp.Diff(&want, got, attrOpts); diff != "" {
 			t.Errorf("GetLock (-want +got):\n%s", diff)
 		}
 	})
