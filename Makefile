@@ -2,7 +2,7 @@
 SERVERS := internal/testserver/testdata
 GOTEST := go test -race -count=1
 
-.PHONY: test test-dynalite test-dynamodb-local vet demo deps fuzz
+.PHONY: test test-dynalite test-dynamodb-local vet demo deps fuzz bench
 
 ## test: every test, with the race detector, against each local server in
 ## turn (dynalite, then Amazon's DynamoDB Local), which the test harness
@@ -25,6 +25,14 @@ test-dynamodb-local:
 	@if [ -n "$$DDBLOCK_TEST_ENDPOINT" ]; then echo "=== DDBLOCK_TEST_ENDPOINT is set: the tests run against $$DDBLOCK_TEST_ENDPOINT instead"; fi
 	DDBLOCK_TEST_SERVER=dynamodb-local $(GOTEST) ./...
 	@echo "=== passed against DynamoDB Local"
+
+## bench: the single-call benchmarks against each local server in turn,
+## one after the other (doc/benchmarks.md).
+bench: deps
+	@for s in dynalite dynamodb-local; do \
+		echo "=== benchmarks against $$s (DDBLOCK_TEST_SERVER=$$s)"; \
+		DDBLOCK_TEST_SERVER=$$s go test -run '^$$' -bench . -benchtime 2s -count 3 . || exit 1; \
+	done
 
 ## fuzz: a short run of each fuzz target (longer: make fuzz FUZZTIME=5m).
 FUZZTIME ?= 30s
