@@ -98,4 +98,3 @@ func TestDebugFlag(t *testing.T) {
 		t.Errorf("--debug: a warning for a missing table:\n%s", r.stderr)
 	}
 }
-
