@@ -146,25 +146,19 @@ func ddblockBinary(t *testing.T) string {
 	return out
 }
 
-// ddblockEnv is the environment of the ddblock processes: dummy
-// credentials for the local server (the caller's AWS settings for an
-// external one), one attempt per call (the library retries), and a race
-// detector that stops at the first race.
+// ddblockEnv is the environment of the ddblock processes: what reaches
+// the server (srv.ChildEnv: the fixed credentials of a started server, the
+// caller's AWS settings for an external one), one attempt per call (the
+// library retries), and a race detector that stops at the first race.
 func ddblockEnv(srv *ddbtest.Server) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "DDBLOCK_") || (!srv.External && strings.HasPrefix(name, "AWS_")) {
-			continue
+		if !strings.HasPrefix(kv, "DDBLOCK_") {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
-	env = append(env, "GORACE=halt_on_error=1 atexit_sleep_ms=0", "AWS_MAX_ATTEMPTS=1")
-	if !srv.External {
-		env = append(env, "AWS_ACCESS_KEY_ID=ddblock", "AWS_SECRET_ACCESS_KEY=ddblock", "AWS_REGION=us-east-1",
-			"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull)
-	}
-	return env
+	env = append(env, "GORACE=halt_on_error=1 atexit_sleep_ms=0")
+	return append(srv.ChildEnv(env), "AWS_MAX_ATTEMPTS=1")
 }
 
 // cliChaosConfig sizes one run of TestMutualExclusionWithRun.
