@@ -54,7 +54,10 @@ func holdAndWait(t *testing.T, f *fixture, lines string, bCount int, aExtra ...s
 	if ppid := parentOf(t, guardPid); ppid != a.cmd.Process.Pid {
 		t.Fatalf("the command's parent %d is a child of %d, not of ddblock (%d)", guardPid, ppid, a.cmd.Process.Pid)
 	}
-	b = f.start("run", append(append(slices.Clone(timingFlags), "--owner", "owner-B", "--wait", "30s", "job", "--"),
+	// B holds with a long lease of its own: it takes A's lock over after
+	// A's lease (the one in A's item), and a slow heartbeat of its own on
+	// a busy machine must not cost it the lock while its writer writes.
+	b = f.start("run", append([]string{"--lease", "10s", "--heartbeat", "1s", "--owner", "owner-B", "--wait", "30s", "job", "--"},
 		writerCommand(t, "B", lines, writerEvery, bCount)...)...)
 	b.eventuallyWhileRunning("B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
 	return a, b, writerPid, guardPid
