@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ddblock/ddblock/internal/clock"
 )
 
 // newPoolForTest returns a callback pool with `workers` running workers,
 // and a function that closes it and waits for them.
 func newPoolForTest(t *testing.T, workers int) (*callbackPool, *Client, func()) {
 	t.Helper()
-	c := &Client{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	p := newCallbackPool(c)
+	c := &Client{log: slog.New(slog.NewTextHandler(io.Discard, nil)), clock: clock.NewSystem()}
+	c.opts.SafePeriod, c.opts.Metrics = time.Hour, NoMetrics{}
+	p := newCallbackPool(c, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)

@@ -1,6 +1,7 @@
 package ddblock
 
 import (
+	"context"
 	"errors"
 	"strings"
 )
@@ -151,6 +152,15 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return ""
+}
+
+// checkContext refuses a nil context, which the standard library would
+// dereference deep inside a call, before anything changes.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return invalidArg("Context", "must not be nil (use context.Background() or context.TODO())")
+	}
+	return nil
 }
 
 func invalidArg(setting, msg string) *Error {

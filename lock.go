@@ -68,7 +68,7 @@ type Lock struct {
 	onDone        map[*struct{}]func(error)
 
 	// Guarded by the callback pool's mutex.
-	pending   []Code
+	pending   []pendingEvent
 	scheduled bool
 }
 
@@ -184,7 +184,15 @@ func (l *Lock) Err() error {
 // process wakes, before the client's monitor has run. A select on its
 // Done channel may lag that instant: check Err before each step that the
 // lock protects.
+//
+// A nil parent gives a context that is already cancelled, its cause an
+// error of CodeInvalidArgument.
 func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	if err := checkContext(parent); err != nil {
+		inner, cancelCause := context.WithCancelCause(context.Background())
+		cancelCause(err)
+		return inner, func() {}
+	}
 	inner, cancelCause := context.WithCancelCause(parent)
 	ctx = lockContext{Context: inner, lock: l}
 	token := new(struct{})
@@ -232,10 +240,18 @@ func (l *Lock) heldLocked() bool {
 	return l.status == StatusLocked || l.status == StatusInDanger
 }
 
-// finishLocked closes Done with reason err, once; later reasons are
-// ignored, as a context's are.
-func (l *Lock) finishLocked(err error) {
+// finishLocked records err as the reason work under the lock must stop,
+// and closes Done the first time. Err gives the most telling reason
+// seen: a later reason replaces an earlier one of the same or lower
+// rank (see errRank), so a lock in danger that is then stolen says
+// LOCK_STOLEN, while a lock kept by Close that drifts into danger keeps
+// saying CLIENT_SHUTDOWN. Done and the contexts of Lock.Context end once,
+// with the first reason as their cause, as a context's do.
+func (l *Lock) finishLocked(err *Error) {
 	if l.err != nil {
+		if errRank(err.Code) >= errRank(CodeOf(l.err)) {
+			l.err = err
+		}
 		return
 	}
 	l.err = err
@@ -244,6 +260,34 @@ func (l *Lock) finishLocked(err error) {
 		cancel(err)
 	}
 	l.onDone = nil
+}
+
+// errRank orders the reasons a lock stops: danger may pass, a shut-down
+// client's lock may still be released, and released or stolen are
+// final; stolen outranks released because a release that finds the item
+// changed hands did not give the lock back (see lostAtReleaseLocked).
+func errRank(code Code) int {
+	switch code {
+	case CodeLockInDanger:
+		return 1
+	case CodeClientShutdown:
+		return 2
+	case CodeLockReleased:
+		return 3
+	case CodeLockStolen:
+		return 4
+	}
+	return 0
+}
+
+// lostAtReleaseLocked records that a release found the item changed
+// hands: the lock was not given back by us but taken, so it ends INVALID
+// with LOCK_STOLEN, as it would have had a heartbeat found it first.
+func (l *Lock) lostAtReleaseLocked(err *Error) {
+	l.status = StatusInvalid
+	l.finishLocked(err)
+	l.client.stats.stolen.Add(1)
+	l.client.opts.Metrics.LockStolen()
 }
 
 // checkDangerLocked moves a LOCKED lock to IN_DANGER once the safe period
