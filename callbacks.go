@@ -36,10 +36,10 @@ type pendingEvent struct {
 // then the application heard of the lock's trouble later than the lock
 // itself allows. A panicking callback is recovered, logged and counted.
 type callbackPool struct {
-	c       *Client
-	mu      sync.Mutex
-	cond    *sync.Cond
-	ready   []*Lock
+	c         *Client
+	mu        sync.Mutex
+	cond      *sync.Cond
+	ready     []*Lock
 	running   int  // callbacks being run now
 	closing   bool // no new events; workers stop once the list is empty
 	abandoned bool // nothing more is delivered, queued or not

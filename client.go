@@ -151,12 +151,12 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		ddb:       ddb,
-		opts:      o,
-		codec:     itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
-		log:       o.Logger,
-		clock:     o.Clock,
-		locks:     make(map[string]*Lock),
+		ddb:   ddb,
+		opts:  o,
+		codec: itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
+		log:   o.Logger,
+		clock: o.Clock,
+		locks: make(map[string]*Lock),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
