@@ -40,15 +40,16 @@ type callbackPool struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
 	ready     []*Lock
-	running   int  // callbacks being run now
-	closing   bool // no new events; workers stop once the list is empty
-	abandoned bool // nothing more is delivered, queued or not
+	inHand    map[*Lock]struct{} // locks whose callback is running
+	running   int                // callbacks being run now
+	closing   bool               // no new events; workers stop once the list is empty
+	abandoned bool               // nothing more is delivered, queued or not
 
 	workers *doneGroup // closed when every worker has returned
 }
 
 func newCallbackPool(c *Client, workers int) *callbackPool {
-	p := &callbackPool{c: c, workers: newDoneGroup(workers)}
+	p := &callbackPool{c: c, workers: newDoneGroup(workers), inHand: map[*Lock]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -99,6 +100,10 @@ func (p *callbackPool) abandon() (running, dropped int) {
 		p.ready[i] = nil
 	}
 	p.ready = p.ready[:0]
+	for l := range p.inHand {
+		dropped += len(l.pending)
+		l.pending = nil
+	}
 	running = p.running
 	p.mu.Unlock()
 	p.c.stats.callbacksDropped.Add(uint64(dropped))
@@ -132,16 +137,17 @@ func (p *callbackPool) work(context.Context) {
 		ev := l.pending[0]
 		l.pending = l.pending[1:]
 		p.running++
+		p.inHand[l] = struct{}{}
 		p.mu.Unlock()
 
 		p.call(l, ev)
 
 		p.mu.Lock()
 		p.running--
+		delete(p.inHand, l)
 		switch {
 		case p.abandoned:
-			p.c.stats.callbacksDropped.Add(uint64(len(l.pending)))
-			l.pending, l.scheduled = nil, false
+			l.pending, l.scheduled = nil, false // counted by abandon
 		case len(l.pending) > 0:
 			p.ready = append(p.ready, l) // its turn again, after the others
 			p.cond.Signal()

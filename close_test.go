@@ -250,33 +250,3 @@ func TestGoroutinesBoundedAndStopped(t *testing.T) {
 		t.Fatalf("%d goroutines left after Close", n)
 	}
 }
-
-func TestCloseHonoursContext(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(ddblock.WithCallbackWorkers(1), ddblock.WithHeartbeatPeriod(10*time.Millisecond),
-		ddblock.WithSafePeriod(15*time.Millisecond), ddblock.WithLeaseDuration(time.Hour))
-	release := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	slow := func(ddblock.Code, *ddblock.Lock) {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-	}
-	lock, err := c.AcquireLock(context.Background(), "k", ddblock.WithCallback(slow))
-	if err != nil {
-		t.Fatal(err)
-	}
-	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "thief") // LOCK_STOLEN at the next heartbeat
-	<-entered
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := c.Close(ctx, false); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Close with a callback stuck: %v; want the context's error", err)
-	}
-	close(release)
-	if err := c.Close(context.Background(), false); err != nil {
-		t.Fatalf("Close once the callback returned: %v", err)
-	}
-}
