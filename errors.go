@@ -31,9 +31,10 @@ const (
 
 // ddblock's own codes.
 const (
-	// CodeCanceled: the caller's context was cancelled during a wait. The
-	// error also matches context.Canceled (or the context's cause) with
-	// errors.Is.
+	// CodeCanceled: the caller's context was cancelled during a wait, or
+	// (for Close, which has no timeout code of its own) its deadline
+	// passed. The error also matches context.Canceled or
+	// context.DeadlineExceeded (or the context's cause) with errors.Is.
 	CodeCanceled Code = "CANCELED"
 	// CodeInvalidArgument: a setting or argument that cannot work.
 	CodeInvalidArgument Code = "INVALID_ARGUMENT"

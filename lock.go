@@ -34,9 +34,12 @@ const (
 
 // Callback is told about events of a held lock: CodeLockInDanger,
 // CodeLockStolen and CodeLockRecovered. Callbacks run on the client's
-// bounded pool of workers (see [Options.CallbackWorkers]); events of one
-// lock arrive in order. A callback should return quickly; it may call
-// [Lock.Release].
+// bounded pool of workers (see [Options.CallbackWorkers]), round-robin
+// across locks; events of one lock arrive in order. A callback should
+// return quickly; it may call [Lock.Release]. An event that waits longer
+// than the safe period for a free worker is logged and counted
+// ([Metrics] CallbackLate, Stats.CallbacksLate). Events that come after
+// [Client.Close] began are not delivered.
 type Callback func(code Code, lock *Lock)
 
 // Lock is a lock held (or once held) by this client. Its methods are safe
@@ -161,13 +164,19 @@ func (l *Lock) Status() Status {
 // Done returns a channel that is closed when work under the lock must
 // stop: the lock was released, stolen or went into danger, or the client
 // was closed. It stays closed even if the lock recovers from danger; see
-// [Lock.Status].
+// [Lock.Status]. [Lock.Err] gives the latest reason.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Err returns nil while the lock is safe to work under; afterwards, why
 // it is not: an *Error with CodeLockReleased, CodeLockStolen,
-// CodeLockInDanger or CodeClientShutdown. Like Status it checks the clock
-// itself: call it right before a write that the lock protects.
+// CodeLockInDanger or CodeClientShutdown. When there are several
+// reasons it gives the most telling one seen so far: LOCK_STOLEN over
+// LOCK_RELEASED over CLIENT_SHUTDOWN over LOCK_IN_DANGER, so a lock in
+// danger that is then stolen says LOCK_STOLEN, and a lock kept by Close
+// that drifts into danger says CLIENT_SHUTDOWN while its Status says
+// IN_DANGER. It stays non-nil once set, even if the lock recovers from
+// danger. Like Status it checks the clock itself: call it right before a
+// write that the lock protects.
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
