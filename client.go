@@ -250,7 +250,8 @@ func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 // closes every held lock's Done channel with CLIENT_SHUTDOWN. Each call
 // then, with releaseLocks, releases every lock still held, best effort;
 // waits for heartbeat calls in flight; and waits for the callbacks of
-// events that came before the shutdown, which are still delivered.
+// events that came before the first Close, which are still delivered
+// (events after it are not).
 //
 // Without releaseLocks, as in Python, held locks are kept: the
 // application may still be working under them, and they expire after
@@ -283,6 +284,9 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 		// The heartbeater and the monitor stop taking new work now; the
 		// heartbeater's run returns only once its sends have finished.
 		c.cancel()
+		// Events from now on are not delivered; the workers deliver
+		// those queued before, and stop.
+		c.callbacks.close()
 		for _, l := range held {
 			l.mu.Lock()
 			l.finishLocked(l.lockError(CodeClientShutdown, "the client was closed", nil))
@@ -297,9 +301,6 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	case <-ctx.Done():
 		return c.closeGaveUp(ctx, true)
 	}
-	// No heartbeat or danger event can come any more: let the workers
-	// deliver what is queued, and stop.
-	c.callbacks.close()
 	select {
 	case <-c.callbacks.workers.done:
 		return nil
