@@ -68,13 +68,16 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 		}
 		return false, nil
 	}
+	// A held lock is registered (a lock kept by Close included); should it
+	// not be, nothing changes.
+	if !c.unregister(l) {
+		l.mu.Unlock()
+		return false, l.lockError(CodeLockNotOwned, "the lock is not held by this client", nil)
+	}
 	l.status = StatusReleased
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
 	inflight := l.hbDone
 	l.mu.Unlock()
-	if !c.unregister(l) {
-		return false, l.lockError(CodeLockNotOwned, "the lock is not held by this client", nil)
-	}
 	// A heartbeat in flight may still change the version number: wait for
 	// it, so that the delete names the number the item really carries.
 	if inflight != nil {
