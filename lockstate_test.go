@@ -243,3 +243,73 @@ func TestCloseWithStuckCallbacks(t *testing.T) {
 		t.Errorf("%d goroutines left after the last Close", n)
 	}
 }
+
+// One lock's backlog of events does not hold up another lock's: with a
+// single worker stuck in one lock's callback while that lock piles up
+// events, another lock's event is delivered right after the stuck
+// callback, before the rest of the backlog, which still arrives in order.
+func TestCallbacksRoundRobinAcrossLocks(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	clk := fakeClock()
+	c := e.clientOn(ddb, ddblock.WithClock(clk), ddblock.WithCallbackWorkers(1))
+	var mu sync.Mutex
+	var order []string
+	record := func(code ddblock.Code, l *ddblock.Lock) {
+		mu.Lock()
+		order = append(order, l.PartitionKey()+" "+string(code))
+		mu.Unlock()
+	}
+	delivered := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(order)
+	}
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	first := true
+	busy, err := c.AcquireLock(context.Background(), "busy", ddblock.WithCallback(func(code ddblock.Code, l *ddblock.Lock) {
+		if first {
+			first = false
+			close(entered)
+			<-gate
+		}
+		record(code, l)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.AcquireLock(context.Background(), "other", ddblock.WithCallback(record))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Monotonic()
+	failBusy := func() *faultproxy.Fault {
+		return proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "UpdateItem", BodyContains: `"busy"`})
+	}
+	until := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if clk.Monotonic()-start > d {
+				t.Fatalf("%s: not by %v of fake time", what, d)
+			}
+			drive(t, clk, c, clk.Monotonic()+time.Second)
+		}
+	}
+	f := failBusy()
+	until("busy in danger", time.Minute, func() bool { return busy.Status() == ddblock.StatusInDanger })
+	<-entered // the only worker is stuck in busy's first callback
+	f.Remove()
+	until("busy recovered", 2*time.Minute, func() bool { return busy.Status() == ddblock.StatusLocked })
+	f = failBusy()
+	until("busy in danger again", 3*time.Minute, func() bool { return busy.Status() == ddblock.StatusInDanger })
+	f.Remove()
+	setRVN(t, e, "other", "-", other.RecordVersionNumber(), "thief")
+	until("other stolen", 4*time.Minute, func() bool { return other.Status() == ddblock.StatusInvalid })
+	close(gate)
+	waitFor(t, "the callbacks", func() bool { return len(delivered()) == 4 })
+	want := []string{"busy LOCK_IN_DANGER", "other LOCK_STOLEN", "busy LOCK_RECOVERED", "busy LOCK_IN_DANGER"}
+	if diff := cmp.Diff(want, delivered()); diff != "" {
+		t.Errorf("delivery order (-want +got):\n%s", diff)
+	}
+}
