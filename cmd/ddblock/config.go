@@ -34,9 +34,12 @@ type connFlags struct {
 	endpoint, region, profile string
 	table, pkName, skName     string
 	ttlName                   string
+	// pkOnly: the table is keyed by the partition key alone.
+	pkOnly bool
 	// debug shows the library's and the AWS SDK's debug records.
 	debug  bool
 	stderr io.Writer
+	f      *cmdFlags
 }
 
 func (c *connFlags) register(f *cmdFlags) {
@@ -51,18 +54,57 @@ func (c *connFlags) register(f *cmdFlags) {
 	f.StringVar(&c.pkName, "partition-key-name", ddblock.DefaultPartitionKeyName, "the table's partition key attribute")
 	f.StringVar(&c.skName, "sort-key-name", ddblock.DefaultSortKeyName, "the table's sort key attribute")
 	f.StringVar(&c.ttlName, "ttl-attribute-name", ddblock.DefaultTTLAttributeName, "the TTL attribute")
+	f.BoolVar(&c.pkOnly, "partition-key-only", false, "the table has a partition key and no sort key (locks are then named by KEY alone)")
 	f.BoolVar(&c.debug, "debug", false, "log the library's and the AWS SDK's debug records on stderr (retries, requests, responses)")
 	c.stderr = f.env.stderr
+	c.f = f
+}
+
+// check refuses flags that contradict each other; every command calls it
+// after parsing, before anything is sent to DynamoDB.
+func (c *connFlags) check() error {
+	if c.pkOnly && c.f.isSet("sort-key-name") {
+		return usageError("--sort-key-name and --partition-key-only exclude each other: a partition-key-only table has no sort key")
+	}
+	return nil
+}
+
+// sortKeyVar registers a command's --sort-key flag.
+func (c *connFlags) sortKeyVar(p *string) {
+	c.f.StringVar(p, "sort-key", ddblock.DefaultSortKey, "the lock's sort key (none with --partition-key-only)")
 }
 
 // names are the table and attribute names as client options.
 func (c *connFlags) names() []ddblock.Option {
-	return []ddblock.Option{
+	opts := []ddblock.Option{
 		ddblock.WithTableName(c.table),
 		ddblock.WithPartitionKeyName(c.pkName),
 		ddblock.WithSortKeyName(c.skName),
 		ddblock.WithTTLAttributeName(c.ttlName),
 	}
+	if c.pkOnly {
+		opts = append(opts, ddblock.WithPartitionKeyOnly())
+	}
+	return opts
+}
+
+// tableNames are the table and attribute names as table options.
+func (c *connFlags) tableNames() ddblock.Options {
+	return ddblock.Options{
+		TableName:        c.table,
+		PartitionKeyName: c.pkName,
+		SortKeyName:      c.skName,
+		TTLAttributeName: c.ttlName,
+		PartitionKeyOnly: c.pkOnly,
+	}
+}
+
+// keyNames describes the table's keys, for messages.
+func (c *connFlags) keyNames() string {
+	if c.pkOnly {
+		return c.pkName + " (no sort key)"
+	}
+	return c.pkName + ", " + c.skName
 }
 
 // dynamo returns an SDK client configured the AWS way: the default chain
@@ -201,9 +243,12 @@ func libError(err error, table string) error {
 		return fail(exitUnavailable, "%v", err)
 	}
 	switch e.Code {
-	case ddblock.CodeInvalidArgument, ddblock.CodeTableMismatch:
-		// Settings that cannot work, or names that do not match the table.
+	case ddblock.CodeInvalidArgument:
+		// Settings or arguments that cannot work.
 		return fail(exitUsage, "%v", err)
+	case ddblock.CodeTableMismatch:
+		// The table exists, but not as configured.
+		return fail(exitConfig, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)
 	case ddblock.CodeAcquireTimeout:

@@ -236,6 +236,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// eventuallyWhileRunning is eventually, for a condition that p must bring
+// about: if p ends first, the test fails at once, with what p said.
+func (p *proc) eventuallyWhileRunning(what string, cond func() bool) {
+	p.t.Helper()
+	eventually(p.t, what, func() bool {
+		if cond() {
+			return true
+		}
+		select {
+		case <-p.done:
+			if !cond() {
+				p.t.Fatalf("ddblock %s ended before %s: %v", strings.Join(p.cmd.Args[1:], " "), what, p.res)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 // readFile returns a file's content, "" while it does not exist.
 func readFile(t *testing.T, path string) string {
 	t.Helper()
