@@ -112,6 +112,9 @@ func (t *TableOptions) check() error {
 //
 //	if err := ddblock.CreateTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) { … }
 func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	t := defaultTableOptions()
 	for _, opt := range opts {
 		if opt != nil {
@@ -292,6 +295,9 @@ type TableReport struct {
 // found. A server without TTL is reported ([TableReport.TTLUnsupported]),
 // not an error. It is idempotent: run it at every start.
 func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
+	if err := checkContext(ctx); err != nil {
+		return TableReport{}, err
+	}
 	t := defaultTableOptions()
 	t.OnDemand = true
 	for _, opt := range opts {
