@@ -1,14 +1,38 @@
-# The two commands of the README's quick start.
-DYNALITE := internal/dynalite/testdata/dynalite
+# The commands of the README's quick start.
+GOTEST := go test -race -count=1
 
-.PHONY: test demo deps fuzz
+.PHONY: test test-dynalite test-dynamodb-local vet demo fuzz bench
 
-## test: every test, with the race detector, against a local dynalite
-## that the test harness starts by itself (installed from the lockfile).
-test: deps
-	go vet ./...
-	go test -race -count=1 ./...
+## test: every test, with the race detector, against each local server in
+## turn (dynalite, then Amazon's DynamoDB Local), which the test harness
+## starts by itself (installed from the lockfiles, once, into the user's
+## cache directory: see internal/testserver); then the fuzz targets.
+test: vet test-dynalite test-dynamodb-local
 	$(MAKE) fuzz FUZZTIME=10s
+
+vet:
+	go vet ./...
+
+## test-dynalite, test-dynamodb-local: the whole suite against one server.
+test-dynalite:
+	@echo "=== go test ./... against dynalite (DDBLOCK_TEST_SERVER=dynalite)"
+	@if [ -n "$$DDBLOCK_TEST_ENDPOINT" ]; then echo "=== DDBLOCK_TEST_ENDPOINT is set: the tests run against $$DDBLOCK_TEST_ENDPOINT instead"; fi
+	DDBLOCK_TEST_SERVER=dynalite $(GOTEST) ./...
+	@echo "=== passed against dynalite"
+
+test-dynamodb-local:
+	@echo "=== go test ./... against DynamoDB Local (DDBLOCK_TEST_SERVER=dynamodb-local)"
+	@if [ -n "$$DDBLOCK_TEST_ENDPOINT" ]; then echo "=== DDBLOCK_TEST_ENDPOINT is set: the tests run against $$DDBLOCK_TEST_ENDPOINT instead"; fi
+	DDBLOCK_TEST_SERVER=dynamodb-local $(GOTEST) ./...
+	@echo "=== passed against DynamoDB Local"
+
+## bench: the single-call benchmarks against each local server in turn,
+## one after the other (doc/benchmarks.md).
+bench:
+	@for s in dynalite dynamodb-local; do \
+		echo "=== benchmarks against $$s (DDBLOCK_TEST_SERVER=$$s)"; \
+		DDBLOCK_TEST_SERVER=$$s go test -run '^$$' -bench . -benchtime 2s -count 3 . || exit 1; \
+	done
 
 ## fuzz: a short run of each fuzz target (longer: make fuzz FUZZTIME=5m).
 FUZZTIME ?= 30s
@@ -17,8 +41,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzOptions$$' -fuzztime $(FUZZTIME) .
 
 ## demo: two workers contend for a lock, one dies, the other takes over.
-demo: deps
+## It runs against dynalite: Node.js only, and up in well under a second.
+## The first run installs dynalite into the user's cache directory, as an
+## installed binary's `ddblock demo` does.
+demo:
 	go run ./cmd/ddblock demo
-
-deps:
-	cd $(DYNALITE) && npm ci --no-audit --no-fund --loglevel=error

@@ -63,6 +63,9 @@ func (c *Client) TryAcquireLock(ctx context.Context, partitionKey string, opts .
 }
 
 func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []AcquireOption) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	o := AcquireOptions{
 		SortKey:      DefaultSortKey,
 		RetryPeriod:  c.opts.HeartbeatPeriod,
@@ -301,10 +304,11 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		if outcomeUnknown(err) || ctx.Err() != nil {
+		if outcomeUnknown(err) {
 			// The put may have landed (a lost reply, a cancel in flight):
 			// take back what we may have written, so that nobody waits a
-			// lease on a lock that nobody holds.
+			// lease on a lock that nobody holds. A put that never left
+			// (nothing listening, no such host) needs no clean-up.
 			c.deleteIfOurs(info)
 		}
 		return nil, a.callError(ctx, "writing the lock", err)

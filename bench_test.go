@@ -23,6 +23,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 // benchTable creates a lock table of the default shape for one benchmark
@@ -30,7 +31,7 @@ import (
 func benchTable(tb testing.TB) (*dynamodb.Client, string) {
 	tb.Helper()
 	srv := ddbtest.Shared(tb)
-	ddb := ddbtest.NewClient(srv.Endpoint, srv.External, 0)
+	ddb := srv.Client(0)
 	table := ddbtest.TableName(tb)
 	ddbtest.CreateTable(tb, ddb, table)
 	if _, isBench := tb.(*testing.B); isBench {
@@ -62,12 +63,17 @@ var benchWarm sync.Once
 // benchWarmUp loads the server for a few seconds before the first
 // benchmark: a fresh Node process runs dynalite slower until its JIT has
 // compiled the hot paths, which would otherwise penalise whichever
-// benchmark happens to run first.
+// benchmark happens to run first. A fresh JVM (DynamoDB Local) takes
+// longer to compile its hot paths than Node.
 func benchWarmUp(tb testing.TB, ddb *dynamodb.Client, table string) {
 	benchWarm.Do(func() {
 		ctx := context.Background()
 		hb := newBenchItem(tb, ddb, table, "warm-up")
-		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		warm := 3 * time.Second
+		if ddbtest.Shared(tb).Kind == testserver.DynamoDBLocal {
+			warm = 10 * time.Second
+		}
+		for end := time.Now().Add(warm); time.Now().Before(end); {
 			if err := hb.beat(ctx, handWritten); err != nil {
 				tb.Fatal(err)
 			}

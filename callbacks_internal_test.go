@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ddblock/ddblock/internal/clock"
 )
 
 // newPoolForTest returns a callback pool with `workers` running workers,
 // and a function that closes it and waits for them.
 func newPoolForTest(t *testing.T, workers int) (*callbackPool, *Client, func()) {
 	t.Helper()
-	c := &Client{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	p := newCallbackPool(c)
+	c := &Client{log: slog.New(slog.NewTextHandler(io.Discard, nil)), clock: clock.NewSystem()}
+	c.opts.SafePeriod, c.opts.Metrics = time.Hour, NoMetrics{}
+	p := newCallbackPool(c, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -141,5 +144,79 @@ func TestCallbackBacklogBounded(t *testing.T) {
 	}
 	if got := c.stats.callbacksDropped.Load(); got != uint64(len(codes)-maxPendingEvents) {
 		t.Errorf("dropped %d", got)
+	}
+}
+
+// Delivery is round-robin across locks: a lock with a backlog gets one
+// event delivered and then waits its turn behind the other locks, so a
+// lock's event never waits behind another lock's whole backlog; each
+// lock's own events still arrive in order.
+func TestCallbacksRoundRobin(t *testing.T) {
+	p, _, stop := newPoolForTest(t, 1)
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	record := func(code Code, l *Lock) {
+		mu.Lock()
+		order = append(order, l.pk+":"+string(code))
+		mu.Unlock()
+	}
+	first := true
+	busy := &Lock{pk: "busy", callback: func(code Code, l *Lock) {
+		if first {
+			first = false
+			close(entered)
+			<-gate
+		}
+		record(code, l)
+	}}
+	other := &Lock{pk: "other", callback: record}
+	p.enqueue(busy, CodeLockInDanger)
+	<-entered // the one worker is inside busy's first callback
+	p.enqueue(busy, CodeLockRecovered)
+	p.enqueue(busy, CodeLockInDanger)
+	p.enqueue(busy, CodeLockStolen)
+	p.enqueue(other, CodeLockStolen)
+	close(gate)
+	stop()
+	want := []string{"busy:LOCK_IN_DANGER", "other:LOCK_STOLEN", "busy:LOCK_RECOVERED", "busy:LOCK_IN_DANGER", "busy:LOCK_STOLEN"}
+	if diff := cmp.Diff(want, order); diff != "" {
+		t.Errorf("delivery order (-want +got):\n%s", diff)
+	}
+}
+
+// abandon drops what is queued, counts it, reports the callbacks still
+// running, and no callback starts after it.
+func TestCallbackPoolAbandon(t *testing.T) {
+	p, c, stop := newPoolForTest(t, 1)
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	var r recorder
+	stuck := &Lock{pk: "stuck", callback: func(code Code, l *Lock) {
+		close(entered)
+		<-gate
+		r.callback(code, l)
+	}}
+	p.enqueue(stuck, CodeLockInDanger)
+	<-entered
+	p.enqueue(stuck, CodeLockStolen)
+	waiting := &Lock{pk: "waiting", callback: r.callback}
+	p.enqueue(waiting, CodeLockStolen)
+	running, dropped := p.abandon()
+	if running != 1 || dropped != 2 {
+		t.Errorf("abandon: %d running, %d dropped; want 1, 2", running, dropped)
+	}
+	p.enqueue(waiting, CodeLockInDanger) // after abandon: refused
+	close(gate)
+	stop()
+	if diff := cmp.Diff([]Code{CodeLockInDanger}, r.of("stuck")); diff != "" {
+		t.Errorf("stuck (-want +got):\n%s", diff)
+	}
+	if got := r.of("waiting"); len(got) != 0 {
+		t.Errorf("a callback started after abandon: %v", got)
+	}
+	if got := c.stats.callbacksDropped.Load(); got != 2 {
+		t.Errorf("dropped counted: %d", got)
 	}
 }

@@ -3,6 +3,7 @@ package ddblock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -50,10 +51,7 @@ type Client struct {
 	heartbeats *heartbeater
 	monitor    *monitor
 	callbacks  *callbackPool
-	background sync.WaitGroup
-
-	closeOnce sync.Once
-	closeDone chan struct{}
+	loops      *doneGroup // the heartbeater and the monitor
 
 	stats clientStats
 }
@@ -71,6 +69,7 @@ type clientStats struct {
 	callbackPanics     atomic.Uint64
 	callbacksDropped   atomic.Uint64
 	callbacksDelivered atomic.Uint64
+	callbacksLate      atomic.Uint64
 }
 
 // Stats are counters of a client's background work since it was created.
@@ -97,9 +96,15 @@ type Stats struct {
 	// InDanger, Recovered and Stolen count those events.
 	InDanger, Recovered, Stolen uint64
 	// CallbacksDelivered, CallbacksDropped and CallbackPanics count app
-	// callbacks run, dropped from a full per-lock queue, and recovered
+	// callbacks run, events dropped (from a full per-lock queue, or
+	// still queued when Close gave up waiting), and callbacks recovered
 	// from a panic.
 	CallbacksDelivered, CallbacksDropped, CallbackPanics uint64
+	// CallbacksLate counts events whose delivery started more than the
+	// safe period after the event (see Metrics.CallbackLate).
+	CallbacksLate uint64
+	// CallbacksRunning is the number of app callbacks running now.
+	CallbacksRunning int
 }
 
 // Stats returns the client's counters.
@@ -122,6 +127,8 @@ func (c *Client) Stats() Stats {
 		CallbacksDelivered: s.callbacksDelivered.Load(),
 		CallbacksDropped:   s.callbacksDropped.Load(),
 		CallbackPanics:     s.callbackPanics.Load(),
+		CallbacksLate:      s.callbacksLate.Load(),
+		CallbacksRunning:   c.callbacks.runningNow(),
 	}
 }
 
@@ -148,33 +155,52 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		ddb:       ddb,
-		opts:      o,
-		codec:     itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
-		log:       o.Logger,
-		clock:     o.Clock,
-		locks:     make(map[string]*Lock),
-		closeDone: make(chan struct{}),
+		ddb:   ddb,
+		opts:  o,
+		codec: itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
+		log:   o.Logger,
+		clock: o.Clock,
+		locks: make(map[string]*Lock),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
-	c.callbacks = newCallbackPool(c)
+	c.callbacks = newCallbackPool(c, o.CallbackWorkers)
 	c.heartbeats = newHeartbeater(c)
 	c.monitor = newMonitor(c)
-	c.start(c.heartbeats.run, c.monitor.run)
+	c.loops = newDoneGroup(2)
+	for _, run := range []func(context.Context){c.heartbeats.run, c.monitor.run} {
+		go func() {
+			defer c.loops.finish()
+			run(c.ctx)
+		}()
+	}
 	for range o.CallbackWorkers {
-		c.start(c.callbacks.work)
+		go c.callbacks.work(c.ctx) // each worker finishes c.callbacks.workers
 	}
 	return c, nil
 }
 
-func (c *Client) start(fns ...func(context.Context)) {
-	for _, fn := range fns {
-		c.background.Add(1)
-		go func() {
-			defer c.background.Done()
-			fn(c.ctx)
-		}()
+// doneGroup is a sync.WaitGroup whose end is a channel, so that Close
+// can wait for it with a select and return when its context ends,
+// without leaving a goroutine behind to wait.
+type doneGroup struct {
+	left atomic.Int64
+	done chan struct{}
+}
+
+func newDoneGroup(n int) *doneGroup {
+	g := &doneGroup{done: make(chan struct{})}
+	g.left.Store(int64(n))
+	if n == 0 {
+		close(g.done)
+	}
+	return g
+}
+
+// finish marks one member as returned.
+func (g *doneGroup) finish() {
+	if g.left.Add(-1) == 0 {
+		close(g.done)
 	}
 }
 
@@ -220,54 +246,81 @@ func (c *Client) heldLocks() []*Lock {
 // HeldLocks returns the locks this client holds now, in no order.
 func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 
-// Close shuts the client down, in the manner of http.Server.Shutdown: it
-// refuses new acquires (CLIENT_SHUTDOWN), stops heartbeating, and waits
-// for in-flight heartbeats and pending callbacks, or returns ctx's error
-// when ctx ends first.
+// Close shuts the client down, in the manner of http.Server.Shutdown.
 //
-// By default it does NOT release held locks, as Python does not: the
+// The first call refuses new acquires (CLIENT_SHUTDOWN, and waiting
+// acquires end so), stops the heartbeats and the safety monitor, and
+// closes every held lock's Done channel with CLIENT_SHUTDOWN. Each call
+// then, with releaseLocks, releases every lock still held, best effort;
+// waits for heartbeat calls in flight; and waits for the callbacks of
+// events that came before the first Close, which are still delivered
+// (events after it are not).
+//
+// Without releaseLocks, as in Python, held locks are kept: the
 // application may still be working under them, and they expire after
-// their lease. Their Done channels close with CLIENT_SHUTDOWN. With
-// releaseLocks, every held lock is released, best effort.
+// their lease. A kept lock is not heartbeated any more, so its Status
+// turns IN_DANGER by the clock once the safe period has passed; its Err
+// stays CLIENT_SHUTDOWN; it stays in HeldLocks; and it can still be
+// released, by its Release or by a later Close(ctx, true), which delete
+// its item as long as nobody took it over.
 //
-// Calling Close again is safe; later calls wait like the first.
+// When ctx ends first, Close stops waiting: events still queued are
+// dropped (counted in Stats().CallbacksDropped), no callback starts after
+// Close has returned, and Close returns an error of CodeCanceled that
+// says how many callbacks were still running (they belong to the
+// application: Close cannot stop them) and wraps ctx's error. Heartbeat
+// calls still in flight then end within HeartbeatTimeout. A later Close
+// waits again, and returns nil once everything has finished.
 func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		held := make([]*Lock, 0, len(c.locks))
-		for _, l := range c.locks {
-			held = append(held, l)
-		}
-		c.mu.Unlock()
-
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	held := make([]*Lock, 0, len(c.locks))
+	for _, l := range c.locks {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	if first {
 		// The heartbeater and the monitor stop taking new work now; the
 		// heartbeater's run returns only once its sends have finished.
 		c.cancel()
-		go func() {
-			if releaseLocks {
-				c.releaseAll(held)
-			}
-			c.mu.Lock()
-			rest := c.locks
-			c.locks = map[string]*Lock{}
-			c.mu.Unlock()
-			for _, l := range rest {
-				l.mu.Lock()
-				l.finishLocked(l.lockError(CodeClientShutdown, "the client was closed", nil))
-				l.mu.Unlock()
-			}
-			c.callbacks.close()
-			c.background.Wait()
-			close(c.closeDone)
-		}()
-	})
+		// Events from now on are not delivered; the workers deliver
+		// those queued before, and stop.
+		c.callbacks.close()
+		for _, l := range held {
+			l.mu.Lock()
+			l.finishLocked(l.lockError(CodeClientShutdown, "the client was closed", nil))
+			l.mu.Unlock()
+		}
+	}
+	if releaseLocks {
+		c.releaseAll(ctx, held)
+	}
 	select {
-	case <-c.closeDone:
+	case <-c.loops.done:
+	case <-ctx.Done():
+		return c.closeGaveUp(ctx, true)
+	}
+	select {
+	case <-c.callbacks.workers.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return c.closeGaveUp(ctx, false)
 	}
+}
+
+// closeGaveUp ends what Close waited for when its context ended first,
+// and says what was left.
+func (c *Client) closeGaveUp(ctx context.Context, heartbeatsLeft bool) error {
+	running, dropped := c.callbacks.abandon()
+	msg := fmt.Sprintf("Close stopped waiting: %d callbacks still running, %d queued callback events dropped", running, dropped)
+	if heartbeatsLeft {
+		msg += fmt.Sprintf("; heartbeat calls in flight end within %v", c.opts.HeartbeatTimeout)
+	}
+	return &Error{Code: CodeCanceled, Message: msg, Err: context.Cause(ctx)}
 }
 
 // isNilInterface catches a typed nil pointer inside the interface, such

@@ -12,8 +12,11 @@ import (
 	"github.com/ddblock/ddblock/internal/clock"
 )
 
-// fakeClock returns a fake clock for one client.
-func fakeClock() *clock.Fake { return clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
+// fakeClock returns a fake clock for one client. Its wall clock starts at
+// the real time: the items a client writes carry an expiry of its wall
+// clock plus an hour, and a server with TTL deletes items whose expiry
+// has passed (DynamoDB Local within a second or so).
+func fakeClock() *clock.Fake { return clock.NewFake(time.Now().UTC().Truncate(time.Second)) }
 
 // waitFor polls cond in real time until it holds, failing the test after
 // ten seconds. It waits for goroutines and network calls to settle, never

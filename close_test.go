@@ -22,7 +22,7 @@ func TestCloseKeepsLocksByDefault(t *testing.T) {
 	if err := c.Close(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Close(ctx, true); err != nil {
+	if err := c.Close(ctx, false); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
 	if _, err := e.client().GetLock(ctx, "k", "-"); err != nil {
@@ -36,8 +36,131 @@ func TestCloseKeepsLocksByDefault(t *testing.T) {
 	if !errors.Is(lock.Err(), ddblock.ErrClientShutdown) {
 		t.Errorf("Err = %v; want CLIENT_SHUTDOWN", lock.Err())
 	}
+	if lock.Status() != ddblock.StatusLocked {
+		t.Errorf("Status = %s; a kept lock is still held", lock.Status())
+	}
+	if held := c.HeldLocks(); len(held) != 1 || held[0] != lock {
+		t.Errorf("HeldLocks = %v; want the kept lock", held)
+	}
 	if _, err := c.AcquireLock(ctx, "other"); !errors.Is(err, ddblock.ErrClientShutdown) {
 		t.Errorf("acquire after Close: %v; want CLIENT_SHUTDOWN", err)
+	}
+}
+
+// A lock kept by Close(ctx, false) is still held in the table: Status,
+// Err, its Release's answer and the table agree, whichever way it ends.
+func TestLockKeptByClose(t *testing.T) {
+	type outcome struct {
+		releaseErr ddblock.Code // "" for nil
+		status     ddblock.Status
+		err        ddblock.Code
+		itemRVN    string // "" when the item is gone; "ours" for the lock's own
+	}
+	for _, tc := range []struct {
+		name  string
+		stole bool // another client took the key after the Close
+		end   func(ctx context.Context, c *ddblock.Client, l *ddblock.Lock) error
+		want  outcome
+	}{
+		{"Release", false, func(ctx context.Context, _ *ddblock.Client, l *ddblock.Lock) error { return l.Release(ctx) },
+			outcome{"", ddblock.StatusReleased, ddblock.CodeLockReleased, ""}},
+		{"Release not best effort", false, func(ctx context.Context, _ *ddblock.Client, l *ddblock.Lock) error {
+			return l.Release(ctx, ddblock.WithBestEffort(false))
+		}, outcome{"", ddblock.StatusReleased, ddblock.CodeLockReleased, ""}},
+		{"Close releasing", false, func(ctx context.Context, c *ddblock.Client, _ *ddblock.Lock) error { return c.Close(ctx, true) },
+			outcome{"", ddblock.StatusReleased, ddblock.CodeLockReleased, ""}},
+		{"Close keeping again", false, func(ctx context.Context, c *ddblock.Client, _ *ddblock.Lock) error { return c.Close(ctx, false) },
+			outcome{"", ddblock.StatusLocked, ddblock.CodeClientShutdown, "ours"}},
+		{"stolen, Release", true, func(ctx context.Context, _ *ddblock.Client, l *ddblock.Lock) error { return l.Release(ctx) },
+			outcome{"", ddblock.StatusInvalid, ddblock.CodeLockStolen, "thief"}},
+		{"stolen, Release not best effort", true, func(ctx context.Context, _ *ddblock.Client, l *ddblock.Lock) error {
+			return l.Release(ctx, ddblock.WithBestEffort(false))
+		}, outcome{ddblock.CodeLockStolen, ddblock.StatusInvalid, ddblock.CodeLockStolen, "thief"}},
+		{"stolen, Close releasing", true, func(ctx context.Context, c *ddblock.Client, _ *ddblock.Lock) error { return c.Close(ctx, true) },
+			outcome{"", ddblock.StatusInvalid, ddblock.CodeLockStolen, "thief"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			c := e.client()
+			lock, err := c.AcquireLock(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours := lock.RecordVersionNumber()
+			if err := c.Close(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			if tc.stole {
+				setRVN(t, e, "k", "-", ours, "thief")
+			}
+			err = tc.end(ctx, c, lock)
+			if got := ddblock.CodeOf(err); got != tc.want.releaseErr || (err == nil) != (tc.want.releaseErr == "") {
+				t.Errorf("answer = %v; want code %q", err, tc.want.releaseErr)
+			}
+			if got := lock.Status(); got != tc.want.status {
+				t.Errorf("Status = %s; want %s", got, tc.want.status)
+			}
+			if got := ddblock.CodeOf(lock.Err()); got != tc.want.err {
+				t.Errorf("Err = %v; want %s", lock.Err(), tc.want.err)
+			}
+			info, err := e.client().GetLock(ctx, "k", "-")
+			switch want := tc.want.itemRVN; {
+			case want == "" && !errors.Is(err, ddblock.ErrLockNotFound):
+				t.Errorf("the item is still there: %+v, %v", info, err)
+			case want == "ours" && (err != nil || info.RecordVersionNumber != ours):
+				t.Errorf("the kept lock's item: %+v, %v", info, err)
+			case want == "thief" && (err != nil || info.RecordVersionNumber != "thief"):
+				t.Errorf("the thief's item was touched: %+v, %v", info, err)
+			}
+			wantHeld := 0
+			if tc.want.status == ddblock.StatusLocked {
+				wantHeld = 1
+			}
+			if n := len(c.HeldLocks()); n != wantHeld {
+				t.Errorf("HeldLocks: %d; want %d", n, wantHeld)
+			}
+		})
+	}
+}
+
+// A kept lock is not heartbeated: its Status turns IN_DANGER by the
+// clock once the safe period has passed, while Err keeps saying why work
+// stopped, and its Release still deletes the item nobody took.
+func TestLockKeptByCloseDriftsIntoDanger(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	clk := fakeClock()
+	c := e.client(ddblock.WithClock(clk))
+	lock, err := c.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(c.Options().SafePeriod - time.Millisecond)
+	if lock.Status() != ddblock.StatusLocked {
+		t.Fatalf("within the safe period: %s", lock.Status())
+	}
+	clk.Advance(2 * time.Millisecond)
+	if lock.Status() != ddblock.StatusInDanger {
+		t.Fatalf("past the safe period: %s; want IN_DANGER", lock.Status())
+	}
+	if !errors.Is(lock.Err(), ddblock.ErrClientShutdown) {
+		t.Fatalf("Err = %v; want CLIENT_SHUTDOWN", lock.Err())
+	}
+	if s := c.Stats(); s.HeartbeatsSent != 0 {
+		t.Errorf("a closed client heartbeated: %+v", s)
+	}
+	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := e.client().GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+		t.Fatalf("item after Release: %v", err)
+	}
+	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+		t.Fatalf("after Release: %s, %v", lock.Status(), lock.Err())
 	}
 }
 
@@ -125,35 +248,5 @@ func TestGoroutinesBoundedAndStopped(t *testing.T) {
 	}
 	if n := ddblockGoroutines() - before; n != 0 {
 		t.Fatalf("%d goroutines left after Close", n)
-	}
-}
-
-func TestCloseHonoursContext(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(ddblock.WithCallbackWorkers(1), ddblock.WithHeartbeatPeriod(10*time.Millisecond),
-		ddblock.WithSafePeriod(15*time.Millisecond), ddblock.WithLeaseDuration(time.Hour))
-	release := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	slow := func(ddblock.Code, *ddblock.Lock) {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-	}
-	lock, err := c.AcquireLock(context.Background(), "k", ddblock.WithCallback(slow))
-	if err != nil {
-		t.Fatal(err)
-	}
-	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "thief") // LOCK_STOLEN at the next heartbeat
-	<-entered
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := c.Close(ctx, false); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Close with a callback stuck: %v; want the context's error", err)
-	}
-	close(release)
-	if err := c.Close(context.Background(), false); err != nil {
-		t.Fatalf("Close once the callback returned: %v", err)
 	}
 }

@@ -51,7 +51,11 @@
 // one heartbeat scheduler, which spreads each period's heartbeats evenly
 // over the period (or paces them at [Options.HeartbeatTPS]) with a bounded
 // number of calls in flight; one safety monitor; and a small pool of
-// callback workers. [Client.Close] stops them all and waits for them.
+// callback workers. [Client.Close] stops them all and waits for them, or
+// for as long as its context allows: callbacks still running then are the
+// application's, and no callback starts after Close has returned. Locks
+// that Close keeps (as Python's close does by default) stay held until
+// their lease runs out or they are released.
 //
 // # Errors
 //
@@ -60,7 +64,8 @@
 // LOCK_IN_DANGER, UNKNOWN) and a few of ddblock's own. Match them with
 // errors.Is against the Err… sentinels; the cause, such as an AWS SDK
 // error or the context's error, is reachable with errors.As and
-// errors.Is.
+// errors.Is. Bad arguments, a nil context included, give
+// [CodeInvalidArgument] before anything changes, never a panic.
 //
 // # The table
 //

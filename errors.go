@@ -1,6 +1,7 @@
 package ddblock
 
 import (
+	"context"
 	"errors"
 	"strings"
 )
@@ -30,9 +31,10 @@ const (
 
 // ddblock's own codes.
 const (
-	// CodeCanceled: the caller's context was cancelled during a wait. The
-	// error also matches context.Canceled (or the context's cause) with
-	// errors.Is.
+	// CodeCanceled: the caller's context was cancelled during a wait, or
+	// (for Close, which has no timeout code of its own) its deadline
+	// passed. The error also matches context.Canceled or
+	// context.DeadlineExceeded (or the context's cause) with errors.Is.
 	CodeCanceled Code = "CANCELED"
 	// CodeInvalidArgument: a setting or argument that cannot work.
 	CodeInvalidArgument Code = "INVALID_ARGUMENT"
@@ -151,6 +153,15 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return ""
+}
+
+// checkContext refuses a nil context, which the standard library would
+// dereference deep inside a call, before anything changes.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return invalidArg("Context", "must not be nil (use context.Background() or context.TODO())")
+	}
+	return nil
 }
 
 func invalidArg(setting, msg string) *Error {

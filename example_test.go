@@ -137,3 +137,34 @@ func ExampleWithCallback() {
 	// callback: LOCK_STOLEN
 	// status: INVALID stolen: true
 }
+
+// Shut a client down with a deadline. Close keeps held locks unless told
+// otherwise, as Python's close() does; a kept lock can still be released,
+// here by a second Close that releases what the first kept.
+func ExampleClient_Close() {
+	ddb, table := exampleDynamoDB()
+	client, err := ddblock.New(ddb, ddblock.WithTableName(table))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lock, err := client.AcquireLock(context.Background(), "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Close(ctx, false); err != nil {
+		// CANCELED: callbacks were still running when ctx ended.
+		log.Print(err)
+	}
+	fmt.Println(lock.Status(), ddblock.CodeOf(lock.Err()))
+
+	if err := client.Close(ctx, true); err != nil {
+		log.Print(err)
+	}
+	fmt.Println(lock.Status(), ddblock.CodeOf(lock.Err()))
+	// Output:
+	// LOCKED CLIENT_SHUTDOWN
+	// RELEASED LOCK_RELEASED
+}

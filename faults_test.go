@@ -23,7 +23,7 @@ func (e *env) proxied() (*faultproxy.Proxy, ddblock.DynamoDBAPI) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = p.Close() })
-	return p, ddbtest.NewClient(p.URL(), false, 1)
+	return p, ddbtest.Shared(e.t).ClientFor(p.URL(), 1)
 }
 
 // Heartbeats that fail put the lock in danger once its safe period has

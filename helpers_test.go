@@ -92,6 +92,29 @@ func shortTimes() []ddblock.Option {
 	}
 }
 
+// readsAfterFailedPut is what a put that fails its condition costs in
+// GetItem calls: none where the server hands back the item that made it
+// fail (DynamoDB, DynamoDB Local), one where it does not (dynalite).
+func readsAfterFailedPut(t *testing.T) int {
+	t.Helper()
+	if ddbtest.Shared(t).ReturnsOldItem() {
+		return 0
+	}
+	return 1
+}
+
+// ops is a count of calls by operation, as counting.snapshot gives it:
+// operations called no time are left out.
+func ops(kv ...any) map[string]int {
+	m := map[string]int{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if n := kv[i+1].(int); n != 0 {
+			m[kv[i].(string)] = n
+		}
+	}
+	return m
+}
+
 // counting wraps a DynamoDB client and counts calls by operation.
 type counting struct {
 	ddblock.DynamoDBAPI

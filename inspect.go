@@ -42,6 +42,9 @@ func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error)
 // A lock item says who wrote it last, not that its holder is alive: a
 // crashed holder's item stays until someone takes it over.
 func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*LockInfo, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	sortKey = c.defaultSortKey(sortKey)
 	info, err := c.readItem(ctx, partitionKey, sortKey)
 	var lerr *Error
@@ -75,6 +78,9 @@ func (c *Client) defaultSortKey(sk string) string {
 //
 //	for info, err := range client.ListLocks(ctx) { … }
 func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
+	if err := checkContext(ctx); err != nil {
+		return failed(err)
+	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
 		out, err := c.ddb.Scan(ctx, &dynamodb.ScanInput{
 			TableName:         aws.String(c.opts.TableName),
@@ -91,13 +97,14 @@ func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
 // ListLocksByPartitionKey returns the locks that share a partition key
 // (one per sort key), with a strongly consistent Query.
 func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey string) iter.Seq2[*LockInfo, error] {
+	if err := checkContext(ctx); err != nil {
+		return failed(err)
+	}
 	expr, err := expression.NewBuilder().
 		WithKeyCondition(expression.Key(c.opts.PartitionKeyName).Equal(expression.Value(partitionKey))).
 		Build()
 	if err != nil {
-		return func(yield func(*LockInfo, error) bool) {
-			yield(nil, invalidArg("PartitionKey", err.Error()))
-		}
+		return failed(invalidArg("PartitionKey", err.Error()))
 	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
 		out, err := c.ddb.Query(ctx, &dynamodb.QueryInput{
@@ -113,6 +120,11 @@ func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey strin
 		}
 		return pageResult{out.Items, out.LastEvaluatedKey}, nil
 	})
+}
+
+// failed is a listing that yields err alone.
+func failed(err error) iter.Seq2[*LockInfo, error] {
+	return func(yield func(*LockInfo, error) bool) { yield(nil, err) }
 }
 
 type pageResult struct {

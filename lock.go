@@ -34,9 +34,12 @@ const (
 
 // Callback is told about events of a held lock: CodeLockInDanger,
 // CodeLockStolen and CodeLockRecovered. Callbacks run on the client's
-// bounded pool of workers (see [Options.CallbackWorkers]); events of one
-// lock arrive in order. A callback should return quickly; it may call
-// [Lock.Release].
+// bounded pool of workers (see [Options.CallbackWorkers]), round-robin
+// across locks; events of one lock arrive in order. A callback should
+// return quickly; it may call [Lock.Release]. An event that waits longer
+// than the safe period for a free worker is logged and counted
+// ([Metrics] CallbackLate, Stats.CallbacksLate). Events that come after
+// [Client.Close] began are not delivered.
 type Callback func(code Code, lock *Lock)
 
 // Lock is a lock held (or once held) by this client. Its methods are safe
@@ -67,7 +70,7 @@ type Lock struct {
 	onDone        map[*struct{}]func(error)
 
 	// Guarded by the callback pool's mutex.
-	pending   []Code
+	pending   []pendingEvent
 	scheduled bool
 
 	// The heartbeat scheduler's record of this lock, guarded by the
@@ -164,13 +167,19 @@ func (l *Lock) Status() Status {
 // Done returns a channel that is closed when work under the lock must
 // stop: the lock was released, stolen or went into danger, or the client
 // was closed. It stays closed even if the lock recovers from danger; see
-// [Lock.Status].
+// [Lock.Status]. [Lock.Err] gives the latest reason.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 
 // Err returns nil while the lock is safe to work under; afterwards, why
 // it is not: an *Error with CodeLockReleased, CodeLockStolen,
-// CodeLockInDanger or CodeClientShutdown. Like Status it checks the clock
-// itself: call it right before a write that the lock protects.
+// CodeLockInDanger or CodeClientShutdown. When there are several
+// reasons it gives the most telling one seen so far: LOCK_STOLEN over
+// LOCK_RELEASED over CLIENT_SHUTDOWN over LOCK_IN_DANGER, so a lock in
+// danger that is then stolen says LOCK_STOLEN, and a lock kept by Close
+// that drifts into danger says CLIENT_SHUTDOWN while its Status says
+// IN_DANGER. It stays non-nil once set, even if the lock recovers from
+// danger. Like Status it checks the clock itself: call it right before a
+// write that the lock protects.
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -187,7 +196,15 @@ func (l *Lock) Err() error {
 // process wakes, before the client's monitor has run. A select on its
 // Done channel may lag that instant: check Err before each step that the
 // lock protects.
+//
+// A nil parent gives a context that is already cancelled, its cause an
+// error of CodeInvalidArgument.
 func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	if err := checkContext(parent); err != nil {
+		inner, cancelCause := context.WithCancelCause(context.Background())
+		cancelCause(err)
+		return inner, func() {}
+	}
 	inner, cancelCause := context.WithCancelCause(parent)
 	ctx = lockContext{Context: inner, lock: l}
 	token := new(struct{})
@@ -235,10 +252,18 @@ func (l *Lock) heldLocked() bool {
 	return l.status == StatusLocked || l.status == StatusInDanger
 }
 
-// finishLocked closes Done with reason err, once; later reasons are
-// ignored, as a context's are.
-func (l *Lock) finishLocked(err error) {
+// finishLocked records err as the reason work under the lock must stop,
+// and closes Done the first time. Err gives the most telling reason
+// seen: a later reason replaces an earlier one of the same or lower
+// rank (see errRank), so a lock in danger that is then stolen says
+// LOCK_STOLEN, while a lock kept by Close that drifts into danger keeps
+// saying CLIENT_SHUTDOWN. Done and the contexts of Lock.Context end once,
+// with the first reason as their cause, as a context's do.
+func (l *Lock) finishLocked(err *Error) {
 	if l.err != nil {
+		if errRank(err.Code) >= errRank(CodeOf(l.err)) {
+			l.err = err
+		}
 		return
 	}
 	l.err = err
@@ -247,6 +272,34 @@ func (l *Lock) finishLocked(err error) {
 		cancel(err)
 	}
 	l.onDone = nil
+}
+
+// errRank orders the reasons a lock stops: danger may pass, a shut-down
+// client's lock may still be released, and released or stolen are
+// final; stolen outranks released because a release that finds the item
+// changed hands did not give the lock back (see lostAtReleaseLocked).
+func errRank(code Code) int {
+	switch code {
+	case CodeLockInDanger:
+		return 1
+	case CodeClientShutdown:
+		return 2
+	case CodeLockReleased:
+		return 3
+	case CodeLockStolen:
+		return 4
+	}
+	return 0
+}
+
+// lostAtReleaseLocked records that a release found the item changed
+// hands: the lock was not given back by us but taken, so it ends INVALID
+// with LOCK_STOLEN, as it would have had a heartbeat found it first.
+func (l *Lock) lostAtReleaseLocked(err *Error) {
+	l.status = StatusInvalid
+	l.finishLocked(err)
+	l.client.stats.stolen.Add(1)
+	l.client.opts.Metrics.LockStolen()
 }
 
 // checkDangerLocked moves a LOCKED lock to IN_DANGER once the safe period

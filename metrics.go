@@ -38,6 +38,11 @@ type Metrics interface {
 	// throughput (ThrottlingException, ProvisionedThroughputExceeded…),
 	// retried or not. It is seen only through a *dynamodb.Client.
 	CallThrottled(operation string)
+	// CallbackLate reports a callback event whose delivery started more
+	// than the safe period after the event: the callbacks are too slow
+	// for Options.CallbackWorkers, and the application hears of trouble
+	// later than the lock allows.
+	CallbackLate(waited time.Duration)
 }
 
 // NoMetrics discards every measurement. Embed it in a Metrics
@@ -70,6 +75,9 @@ func (NoMetrics) LockStolen() {}
 
 // CallThrottled does nothing.
 func (NoMetrics) CallThrottled(string) {}
+
+// CallbackLate does nothing.
+func (NoMetrics) CallbackLate(time.Duration) {}
 
 // throttleWatch returns per-call SDK options that report every throttled
 // attempt of operation to the client's metrics, by wrapping the SDK's

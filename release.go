@@ -3,6 +3,7 @@ package ddblock
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,21 +18,34 @@ import (
 //
 // The lock is marked RELEASED, its Done channel closed and its heartbeats
 // stopped before the database call, so no work continues under it while
-// the call is in flight. A lock that is not LOCKED or IN_DANGER is left
-// alone. By default the release is best effort, as in Python: failures
-// are logged and nil is returned. With WithBestEffort(false) it reports
+// the call is in flight. A lock kept by [Client.Close] (without
+// releaseLocks) is still held and is released the same way. A lock that
+// is not LOCKED or IN_DANGER is left alone. When the delete finds that
+// the item changed hands, the lock ends INVALID, its Err LOCK_STOLEN:
+// it was taken, not given back.
+//
+// By default the release is best effort, as in Python: failures are
+// logged and nil is returned. With WithBestEffort(false) it reports
 // CodeLockNotOwned (not held by this client), CodeLockStolen (the item
-// changed hands) or CodeUnknown.
+// changed hands, found now or known from an earlier heartbeat),
+// CodeCanceled or CodeUnknown. A nil context or lock is refused with
+// CodeInvalidArgument before anything changes, best effort or not.
 func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if lock == nil {
+		return invalidArg("Lock", "must not be nil")
+	}
 	o := ReleaseOptions{BestEffort: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	err := c.release(ctx, lock)
+	known, err := c.release(ctx, lock)
 	if err != nil && o.BestEffort {
-		if CodeOf(err) != CodeLockNotOwned {
+		if CodeOf(err) != CodeLockNotOwned && !known {
 			c.log.Warn("ddblock: best-effort release failed", "err", err)
 		}
 		return nil
@@ -39,38 +53,44 @@ func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOpt
 	return err
 }
 
-func (c *Client) release(ctx context.Context, l *Lock) error {
-	if l == nil {
-		return invalidArg("Lock", "must not be nil")
-	}
+// release gives l back; known is set when its error reports what was
+// already known (a lock found stolen earlier), not a failure of this call.
+func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	if l.client != c {
-		return l.lockError(CodeLockNotOwned, "the lock belongs to another client", nil)
+		return false, l.lockError(CodeLockNotOwned, "the lock belongs to another client", nil)
 	}
 	l.mu.Lock()
 	if !l.heldLocked() {
+		status, lerr := l.status, l.err
 		l.mu.Unlock()
-		return nil
+		if status == StatusInvalid {
+			return true, lerr // stolen: the item is another holder's
+		}
+		return false, nil
+	}
+	// A held lock is registered (a lock kept by Close included); should it
+	// not be, nothing changes.
+	if !c.unregister(l) {
+		l.mu.Unlock()
+		return false, l.lockError(CodeLockNotOwned, "the lock is not held by this client", nil)
 	}
 	l.status = StatusReleased
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
 	inflight := l.hbDone
 	l.mu.Unlock()
-	if !c.unregister(l) {
-		return l.lockError(CodeLockNotOwned, "the lock is not held by this client", nil)
-	}
 	// A heartbeat in flight may still change the version number: wait for
 	// it, so that the delete names the number the item really carries.
 	if inflight != nil {
 		select {
 		case <-inflight:
 		case <-ctx.Done():
-			return l.lockError(CodeCanceled, "waiting for a heartbeat in flight", context.Cause(ctx))
+			return false, l.lockError(CodeCanceled, "waiting for a heartbeat in flight", context.Cause(ctx))
 		}
 	}
 	l.mu.Lock()
 	rvn, unknown := l.rvn, slices.Clone(l.unknownRVNs)
 	l.mu.Unlock()
-	err := c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
+	err = c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
 	if err != nil && isConditionFailed(err) {
 		// Stolen, or a write of ours landed unheard: this release (its
 		// reply lost, the SDK's retry failing the condition), or a
@@ -79,30 +99,36 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 		switch {
 		case rerr != nil:
 		case info == nil || (info.Released && info.RecordVersionNumber == rvn):
-			return nil // the lock is given back
+			return false, nil // the lock is given back
 		case slices.Contains(unknown, info.RecordVersionNumber):
 			err = c.giveBack(ctx, l.pk, l.sk, info.RecordVersionNumber, l.token > 0)
 		}
 	}
 	switch {
 	case err == nil:
-		return nil
+		return false, nil
 	case isConditionFailed(err):
-		return l.lockError(CodeLockStolen, "the item changed hands before the release", err)
+		lerr := l.lockError(CodeLockStolen, "the item changed hands before the release", err)
+		l.mu.Lock()
+		l.lostAtReleaseLocked(lerr)
+		l.mu.Unlock()
+		c.log.Warn("ddblock: lock found stolen at its release", "key", l.pk, "sort_key", l.sk)
+		return false, lerr
 	case ctx.Err() != nil:
-		return l.lockError(CodeCanceled, "releasing the lock", context.Cause(ctx))
+		return false, l.lockError(CodeCanceled, "releasing the lock", context.Cause(ctx))
 	default:
-		return c.tableError(err, "releasing the lock", l.pk, l.sk)
+		return false, c.tableError(err, "releasing the lock", l.pk, l.sk)
 	}
 }
 
-// releaseAll releases every lock, best effort, a few at a time.
-func (c *Client) releaseAll(locks []*Lock) {
+// releaseAll releases every lock, best effort, a few at a time, each
+// call bounded by ctx and by the heartbeat timeout.
+func (c *Client) releaseAll(ctx context.Context, locks []*Lock) {
 	var g errgroup.Group
 	g.SetLimit(16)
 	for _, l := range locks {
 		g.Go(func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.HeartbeatTimeout)
+			ctx, cancel := context.WithTimeout(ctx, c.opts.HeartbeatTimeout)
 			defer cancel()
 			_ = c.ReleaseLock(ctx, l)
 			return nil
@@ -121,6 +147,9 @@ func (c *Client) releaseAll(locks []*Lock) {
 // lock was lost while it ran, WithLock returns the lock's error: the work
 // may not have been exclusive.
 func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalidArg("fn", "must not be nil")
 	}
@@ -203,6 +232,9 @@ func isTableNotFound(err error) bool {
 //
 // The holder, if alive, learns of it at its next heartbeat (LOCK_STOLEN).
 func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, recordVersionNumber string) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	sortKey = c.defaultSortKey(sortKey)
 	if recordVersionNumber == "" {
 		return invalidArg("RecordVersionNumber", "must name the version to delete")
@@ -228,12 +260,32 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 }
 
 // outcomeUnknown reports whether a failed write may nevertheless have
-// been applied: anything but an answer from DynamoDB that refused it.
+// been applied. A request that never left this host cannot have been:
+// the connection could not be made (refused, no route, no such host, a
+// dial that timed out). Anything after the request was sent may have
+// been: a timeout or a cancel while waiting for the reply, a connection
+// reset mid-response, a 5xx. Only an answer from DynamoDB that refused
+// the write (a 4xx) says it was not applied.
 func outcomeUnknown(err error) bool {
+	if neverSent(err) {
+		return false
+	}
 	var api smithy.APIError
 	if !errors.As(err, &api) {
 		return true // no answer at all: a timeout, a dropped connection
 	}
-	// A 5xx may come after the write was applied; a 4xx refused it.
 	return api.ErrorFault() == smithy.FaultServer
+}
+
+// neverSent reports whether err says the request could not be sent: the
+// connection to the endpoint was never made. Go's HTTP transport dials
+// before it writes a request, and reports a failed dial (DNS included)
+// as a *net.OpError whose Op is "dial".
+func neverSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -27,8 +27,9 @@ func TestReleaseOfStolenLock(t *testing.T) {
 	if err != nil || info.RecordVersionNumber != "someone-else" {
 		t.Fatalf("item after failed release: %+v, %v", info, err)
 	}
-	if lock.Status() != ddblock.StatusReleased {
-		t.Errorf("status = %s; the lock is marked RELEASED before the call", lock.Status())
+	// Found stolen: the lock was taken, not given back.
+	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+		t.Errorf("status %s, Err %v; want INVALID, LOCK_STOLEN", lock.Status(), lock.Err())
 	}
 }
 
@@ -44,9 +45,40 @@ func TestReleaseBestEffortSwallows(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatalf("best-effort release returned %v", err)
 	}
-	// A second release is a no-op.
-	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+	// Best effort is quiet, but the lock says what happened.
+	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+		t.Errorf("status %s, Err %v; want INVALID, LOCK_STOLEN", lock.Status(), lock.Err())
+	}
+	// A second release changes nothing; best effort, it is quiet.
+	if err := lock.Release(ctx); err != nil {
 		t.Fatalf("second release: %v", err)
+	}
+	// Not best effort, it says the lock is known stolen.
+	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrLockStolen) {
+		t.Fatalf("second release: %v; want LOCK_STOLEN", err)
+	}
+	info, err := c.GetLock(ctx, "k", "-")
+	if err != nil || info.RecordVersionNumber != "someone-else" {
+		t.Fatalf("the other holder's item: %+v, %v", info, err)
+	}
+}
+
+// A released lock stays released: another release is a no-op, whatever
+// the options.
+func TestReleaseTwice(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	lock, err := e.client().AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+		t.Fatalf("status %s, Err %v", lock.Status(), lock.Err())
 	}
 }
 

@@ -101,8 +101,10 @@ func (t *TableOptions) check() error {
 
 // CreateTable creates a lock table, as Python's create_dynamodb_table
 // does: a string partition key and a string sort key, provisioned 5/5 by
-// default, then waits until the table is ACTIVE (honouring ctx) and
-// enables TTL on the TTL attribute.
+// default, then waits until the table is ACTIVE (honouring ctx), enables
+// TTL on the TTL attribute, and checks with DescribeTimeToLive that it is
+// on: without TTL, the items of locks whose holders died are never
+// deleted.
 //
 // On a server without UpdateTimeToLive (some emulators, dynalite among
 // them) the table is still created and usable; CreateTable then returns
@@ -110,6 +112,9 @@ func (t *TableOptions) check() error {
 //
 //	if err := ddblock.CreateTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) { … }
 func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	t := defaultTableOptions()
 	for _, opt := range opts {
 		if opt != nil {
@@ -158,7 +163,8 @@ func (t TableOptions) createInput() *dynamodb.CreateTableInput {
 	return in
 }
 
-// enableTTL turns on TTL and waits for the table to be ACTIVE again.
+// enableTTL turns on TTL, waits for the table to be ACTIVE again, and
+// checks that TTL is on, on the TTL attribute.
 func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
 	_, err := api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(t.TableName),
@@ -174,7 +180,49 @@ func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
 		}
 		return &Error{Code: CodeUnknown, Message: "enabling TTL on table " + t.TableName, Err: err}
 	}
-	return waitActive(ctx, api, t)
+	if err := waitActive(ctx, api, t); err != nil {
+		return err
+	}
+	ttl, err := describeTTL(ctx, api, t)
+	if err != nil {
+		return err
+	}
+	if !ttl.on() || ttl.attribute != t.TTLAttributeName {
+		return &Error{Code: CodeUnknown, Message: fmt.Sprintf("TTL of table %s was enabled on %q, but DescribeTimeToLive says %s on %q",
+			t.TableName, t.TTLAttributeName, ttl.status, ttl.attribute)}
+	}
+	return nil
+}
+
+// ttlState is what DescribeTimeToLive says of a table.
+type ttlState struct {
+	status      types.TimeToLiveStatus // DISABLED when the server says nothing
+	attribute   string
+	unsupported bool // the server does not implement TTL
+}
+
+// on: enabled, or being enabled (DynamoDB takes a while; the setting is
+// made and cannot be changed meanwhile).
+func (s ttlState) on() bool {
+	return s.status == types.TimeToLiveStatusEnabled || s.status == types.TimeToLiveStatusEnabling
+}
+
+func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, error) {
+	out, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(t.TableName)})
+	switch {
+	case err != nil && isUnsupportedOperation(err):
+		return ttlState{unsupported: true}, nil
+	case err != nil:
+		return ttlState{}, &Error{Code: CodeUnknown, Message: "describing TTL of table " + t.TableName, Err: err}
+	}
+	s := ttlState{status: types.TimeToLiveStatusDisabled}
+	if d := out.TimeToLiveDescription; d != nil {
+		if d.TimeToLiveStatus != "" {
+			s.status = d.TimeToLiveStatus
+		}
+		s.attribute = aws.ToString(d.AttributeName)
+	}
+	return s, nil
 }
 
 func waitActive(ctx context.Context, api TableAPI, t TableOptions) error {
@@ -217,8 +265,17 @@ func isUnsupportedOperation(err error) bool {
 type TableReport struct {
 	// Created is true when the table did not exist and was created.
 	Created bool
-	// TTLEnabled is true when TTL is on, on the TTL attribute.
+	// TTLEnabled is true when TTL is on, on the TTL attribute, as
+	// DescribeTimeToLive says after EnsureTable.
 	TTLEnabled bool
+	// TTLWasOff is true when the table existed with TTL off, and
+	// EnsureTable turned it on: until then, the items of locks whose
+	// holders died were never deleted.
+	TTLWasOff bool
+	// TTLAttribute is the attribute the table's TTL is on, as found
+	// ("" when TTL is off or unsupported). When it is not the TTL
+	// attribute the options name, EnsureTable returns CodeTableMismatch.
+	TTLAttribute string
 	// TTLUnsupported is true when the server does not implement TTL
 	// (some emulators): the table works, but DynamoDB will not delete
 	// abandoned lock items.
@@ -227,12 +284,20 @@ type TableReport struct {
 
 // EnsureTable makes sure the lock table is there and fits: it describes
 // the table, creates it if it is missing (on demand by default, unlike
-// CreateTable), waits for ACTIVE, enables TTL where the server can, and
-// checks that an existing table's key schema and key types are the ones
-// the options name. A table that differs gives an error of
-// CodeTableMismatch saying what differs. It is idempotent: run it at
-// every start.
+// CreateTable), waits for ACTIVE, checks that an existing table's key
+// schema and key types are the ones the options name, and checks its TTL
+// with DescribeTimeToLive: TTL that is off is turned on (the report says
+// so, [TableReport.TTLWasOff]); TTL on another attribute cannot be moved
+// (DynamoDB takes up to an hour over a TTL change and refuses another one
+// meanwhile, and the items of the other attribute's users would stop
+// expiring) and is reported. A table that differs gives an error of
+// CodeTableMismatch saying what differs, with the report of what was
+// found. A server without TTL is reported ([TableReport.TTLUnsupported]),
+// not an error. It is idempotent: run it at every start.
 func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
+	if err := checkContext(ctx); err != nil {
+		return TableReport{}, err
+	}
 	t := defaultTableOptions()
 	t.OnDemand = true
 	for _, opt := range opts {
@@ -268,30 +333,38 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 	if err := waitActive(ctx, api, t); err != nil {
 		return report, err
 	}
-	ttl, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(t.TableName)})
+	ttl, err := describeTTL(ctx, api, t)
+	if err != nil {
+		return report, err
+	}
+	if ttl.on() {
+		report.TTLAttribute = ttl.attribute
+	}
 	switch {
-	case err != nil && isUnsupportedOperation(err):
+	case ttl.unsupported:
 		report.TTLUnsupported = true
 		return report, nil
-	case err != nil:
-		return report, &Error{Code: CodeUnknown, Message: "describing TTL of table " + t.TableName, Err: err}
-	}
-	if d := ttl.TimeToLiveDescription; d != nil && d.AttributeName != nil && *d.AttributeName != t.TTLAttributeName &&
-		(d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling) {
-		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf("table %s has TTL on %q, not on %q",
-			t.TableName, *d.AttributeName, t.TTLAttributeName)}
-	}
-	if d := ttl.TimeToLiveDescription; d != nil && (d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling) {
+	case ttl.on() && ttl.attribute == t.TTLAttributeName:
 		report.TTLEnabled = true
 		return report, nil
+	case ttl.on():
+		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
+			"table %s has TTL on %q, not on %q: lock items would never expire (DynamoDB allows one TTL attribute a table; "+
+				"use the table's, or disable TTL and enable it on %q, which DynamoDB may refuse for up to an hour after a change)",
+			t.TableName, ttl.attribute, t.TTLAttributeName, t.TTLAttributeName)}
+	case ttl.status == types.TimeToLiveStatusDisabling:
+		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
+			"table %s: TTL is being disabled (on %q), and DynamoDB allows no change until that is done (up to an hour); run again then",
+			t.TableName, ttl.attribute)}
 	}
 	switch err := enableTTL(ctx, api, t); {
 	case errors.Is(err, ErrTTLUnsupported):
+		// DescribeTimeToLive without UpdateTimeToLive: no TTL all the same.
 		report.TTLUnsupported = true
 	case err != nil:
 		return report, err
 	default:
-		report.TTLEnabled = true
+		report.TTLEnabled, report.TTLWasOff, report.TTLAttribute = true, !report.Created, t.TTLAttributeName
 	}
 	return report, nil
 }

@@ -36,8 +36,8 @@ import (
 // round the side that does not hold the lock reads the holder's item and
 // must see its owner and additional attributes.
 //
-// The leases are real and short, and differ on purpose: Go writes 300 ms
-// ("0.3", which Python can read but could not have written), Python 500
+// The leases are real and short, and differ on purpose: Go writes 800 ms
+// ("0.8", which Python can read but could not have written), Python 500
 // ms ("0.5"); each waiter must time the lease written in the item.
 func TestMixedFleetContention(t *testing.T) {
 	ddb := server(t)
@@ -94,12 +94,15 @@ func (s side) other() side {
 	return goSide
 }
 
-// Each side's timing: heartbeat period < safe period < lease.
+// Each side's timing: heartbeat period < safe period < lease. Go's safe
+// period leaves its heartbeats (each bounded by half of it) room for a
+// server that answers in tens of milliseconds and stalls now and then:
+// DynamoDB Local, a JVM, on a busy machine, and cold on its first calls.
 var (
 	goTiming = []ddblock.Option{
-		ddblock.WithHeartbeatPeriod(50 * time.Millisecond),
-		ddblock.WithSafePeriod(150 * time.Millisecond),
-		ddblock.WithLeaseDuration(300 * time.Millisecond),
+		ddblock.WithHeartbeatPeriod(100 * time.Millisecond),
+		ddblock.WithSafePeriod(400 * time.Millisecond),
+		ddblock.WithLeaseDuration(800 * time.Millisecond),
 	}
 	pyTiming = func(n names) pyConfig {
 		c := pyDefaults(n)

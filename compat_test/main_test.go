@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -121,11 +122,32 @@ func rawItem(t *testing.T, ddb *dynamodb.Client, n names, pk, sk string) map[str
 
 // putRaw stores an item as it is, unconditionally, as if another client
 // had written it.
-func putRaw(t *testing.T, ddb *dynamodb.Client, n names, item map[string]types.AttributeValue) {
+//
+// All but its expiry: a fixture's expiry (Python's int(time.time() +
+// expiry_period) when it was recorded) is long past, and a server with
+// TTL deletes expired items (DynamoDB Local within a second or so,
+// DynamoDB within days), which no live holder's item is. So a past expiry
+// is replaced, in the item itself, by the one a live Python holder writes
+// now: now plus an hour, in whole seconds. putRaw returns the expiry the
+// item carries (the zero time when it has none).
+func putRaw(t *testing.T, ddb *dynamodb.Client, n names, item map[string]types.AttributeValue) time.Time {
 	t.Helper()
+	var expiry time.Time
+	if v, ok := item[n.TTL].(*types.AttributeValueMemberN); ok {
+		secs, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			t.Fatalf("the fixture's %s is %q: %v", n.TTL, v.Value, err)
+		}
+		expiry = time.Unix(secs, 0)
+		if expiry.Before(time.Now()) {
+			expiry = time.Now().Add(time.Hour).Truncate(time.Second)
+			item[n.TTL] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expiry.Unix(), 10)}
+		}
+	}
 	if _, err := ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &n.Table, Item: item}); err != nil {
 		t.Fatalf("PutItem: %v", err)
 	}
+	return expiry
 }
 
 func ptr[T any](v T) *T { return &v }

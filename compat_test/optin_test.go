@@ -17,19 +17,20 @@ import (
 // TestFastTakeoverWatchesPythonItems: a Go client with MaxClockSkew takes
 // over stamped items by its wall clock, but a Python item carries no
 // stamp, so it watches the version number for the whole lease as Python
-// does. The fixture's expiry is also long past by the waiter's wall clock:
-// expiry never decides a lease either.
+// does. The item's expiry is also past by the waiter's wall clock, set
+// two hours ahead: expiry never decides a lease either.
 func TestFastTakeoverWatchesPythonItems(t *testing.T) {
 	ddb := server(t)
 	n := defaultNames(t)
 	createTable(t, ddb, n)
 	item := loadFixture(t, "python_default")
-	putRaw(t, ddb, n, item)
+	expiry := putRaw(t, ddb, n, item)
 	rvn := item["record_version_number"].(*types.AttributeValueMemberS).Value
 
 	const lease = 30 * time.Second
 	clk := newStepClock()
-	if expiry := time.Unix(1732253417, 0); !clk.Now().After(expiry.Add(time.Hour)) {
+	clk.JumpWall(2 * time.Hour)
+	if !clk.Now().After(expiry.Add(time.Hour - time.Second)) {
 		t.Fatalf("the waiter's wall clock %v should be well past the item's expiry %v", clk.Now(), expiry)
 	}
 	w := startWaiter(t, clk, &tapDDB{DynamoDBAPI: ddb}, n, "orders/42", "-", lease/5, 3*lease, ddblock.WithMaxClockSkew(time.Second))

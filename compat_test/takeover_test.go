@@ -33,7 +33,9 @@ type stepClock struct {
 
 func newStepClock() *stepClock {
 	return &stepClock{
-		Fake:    clock.NewFake(time.Date(2024, 11, 23, 5, 0, 0, 0, time.UTC)),
+		// The real time: the waiter's items expire an hour after its wall
+		// clock, and a server with TTL deletes expired items.
+		Fake:    clock.NewFake(time.Now().UTC().Truncate(time.Second)),
 		armed:   map[time.Duration]int{},
 		changed: make(chan struct{}),
 	}

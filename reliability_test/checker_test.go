@@ -65,7 +65,7 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			e := newEnv(t)
 			p := e.proxy()
 			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
-			a := e.client(ddbtest.NewClient(p.URL(), false, 1), append(opts, ddblock.WithOwnerName("a"))...)
+			a := e.client(ddbtest.Shared(t).ClientFor(p.URL(), 1), append(opts, ddblock.WithOwnerName("a"))...)
 			b := e.client(e.direct, append(opts, ddblock.WithOwnerName("b"))...)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)

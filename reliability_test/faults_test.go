@@ -16,7 +16,7 @@ import (
 )
 
 // These tests drive acquire, heartbeat and release through a fault proxy.
-// The retrying is the AWS SDK's own (ddbtest.NewClient with a number of
+// The retrying is the AWS SDK's own (ddbtest.Server.ClientFor with a number of
 // attempts); ddblock must honour its deadlines and contexts and, when it
 // gives up, say so with a *ddblock.Error that wraps the cause.
 
@@ -29,7 +29,7 @@ type faulty struct {
 func (e *env) faulty(attempts int, opts ...ddblock.Option) faulty {
 	e.t.Helper()
 	p := e.proxy()
-	return faulty{e.client(ddbtest.NewClient(p.URL(), false, attempts), opts...), p}
+	return faulty{e.client(ddbtest.Shared(e.t).ClientFor(p.URL(), attempts), opts...), p}
 }
 
 // errorKinds are the faults that answer in the server's place, and a

@@ -257,7 +257,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 // runSlot runs in-process holder i until ctx ends, with a new client
 // each time the abandoner closes the current one.
 func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
-	ddb := ddbtest.NewClient(p.URL(), false, c.cfg.Attempts)
+	ddb := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
 	for gen := 1; ctx.Err() == nil; gen++ {

@@ -16,14 +16,15 @@ partition key and a string sort key, provisioned capacity 5/5 unless
 TTL attribute, so that DynamoDB deletes abandoned lock items.
 
 Some local servers (dynalite among them) cannot enable TTL: the table is
-then created and usable, ddblock says so, and exits 0.`
+then created and usable, ddblock says so, and exits 0. A table that
+exists already is an error (exit 73), unless --if-not-exists.`
 
 const ensureTableAbout = `
 Makes sure the lock table is there and fits, and is safe to run at every
 deploy: creates the table if it is missing (on demand, unless capacities
 are given), waits until it is ACTIVE, enables TTL where the server can, and
 checks that an existing table has the keys ddblock is configured for,
-saying what differs (exit 64) when it does not.`
+saying what differs (exit 78) when it does not.`
 
 func cmdEnsureTable(ctx context.Context, env *environ, args []string) error {
 	return tableCommand(ctx, env, args, true)
@@ -60,6 +61,9 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 	if _, _, err := f.parse(args, 0, false); err != nil {
 		return err
 	}
+	if err := conn.check(); err != nil {
+		return err
+	}
 	if ensure {
 		ifNotExists = true
 		onDemand = onDemand || !(f.isSet("read-capacity") || f.isSet("write-capacity"))
@@ -72,12 +76,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		return err
 	}
 	opts := []ddblock.TableOption{
-		ddblock.WithTableNames(ddblock.Options{
-			TableName:        conn.table,
-			PartitionKeyName: conn.pkName,
-			SortKeyName:      conn.skName,
-			TTLAttributeName: conn.ttlName,
-		}),
+		ddblock.WithTableNames(conn.tableNames()),
 		ddblock.WithPollInterval(poll),
 	}
 	billing := "on-demand"
@@ -87,7 +86,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		opts = append(opts, ddblock.WithProvisionedCapacity(read, write))
 		billing = fmt.Sprintf("provisioned %d read / %d write", read, write)
 	}
-	what := fmt.Sprintf("table %q (%s; keys %s, %s)", conn.table, billing, conn.pkName, conn.skName)
+	what := fmt.Sprintf("table %q (%s; keys %s)", conn.table, billing, conn.keyNames())
 	const noTTL = "the server cannot enable TTL, so expired lock items are not deleted automatically: the table is usable"
 	if ifNotExists {
 		// EnsureTable also checks that an existing table has our keys.
@@ -100,7 +99,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		case report.Created:
 			fmt.Fprintf(env.stdout, "created %s with TTL on %s\n", what, conn.ttlName)
 		default:
-			fmt.Fprintf(env.stdout, "table %q exists already, with keys %s, %s\n", conn.table, conn.pkName, conn.skName)
+			fmt.Fprintf(env.stdout, "table %q exists already, with keys %s\n", conn.table, conn.keyNames())
 		}
 		return nil
 	}
@@ -113,7 +112,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		fmt.Fprintf(env.stdout, "created %s; %s\n", what, noTTL)
 		return nil
 	case isResourceInUse(err):
-		return fail(exitUnavailable, "table %q exists already (--if-not-exists accepts a table with the same keys)", conn.table)
+		return fail(exitCantCreate, "table %q exists already (--if-not-exists accepts a table with the same keys)", conn.table)
 	default:
 		return libError(err, conn.table)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/dynalite"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 const demoAbout = `
@@ -32,7 +32,11 @@ free loopback port, creates a lock table, and prints a timeline of
 
 It stops the server when done, or when interrupted, and leaves nothing
 running. Leases are 2 s here so that the story is short; real ones are
-longer (the default is 30 s).`
+longer (the default is 30 s).
+
+The first run installs dynalite, at the version ddblock pins, into the
+user's cache directory with npm (from the npm registry); later runs reuse
+it. It works from any directory: no source tree needed.`
 
 // The demo's timing: short, so that the story takes seconds.
 const (
@@ -57,7 +61,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 	}()
 
 	fmt.Fprintln(env.stdout, "ddblock demo: starting a local DynamoDB-compatible server (dynalite)...")
-	srv, err := dynalite.Start()
+	srv, err := testserver.StartReporting(testserver.Dynalite, env.stdout)
 	if err != nil {
 		return fail(exitUnavailable, "%v", err)
 	}
@@ -67,7 +71,7 @@ func cmdDemo(ctx context.Context, env *environ, args []string) error {
 
 	d := &demo{
 		out:   env.stdout,
-		ddb:   dynalite.NewClient(srv.Endpoint, srv.External, 0),
+		ddb:   srv.Client(0),
 		table: "ddblock-demo",
 		quiet: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

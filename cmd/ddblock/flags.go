@@ -65,10 +65,24 @@ func (f *cmdFlags) parse(args []string, nPos int, allowRest bool, names ...strin
 		}
 		if dashed {
 			// After "--" nothing is a flag: the missing positional
-			// arguments come first, and the rest follows.
+			// arguments come first (a key may start with "-").
 			take := min(nPos-len(pos), len(rest))
 			pos = append(pos, rest[:take]...)
 			args = rest[take:]
+			if allowRest && len(pos) == nPos {
+				// With a command to follow, "--" separates the arguments
+				// from it: `run -- sh -c true` has forgotten its KEY, and
+				// must not take sh for it. A key that starts with "-"
+				// is written `run -- KEY -- COMMAND`.
+				if len(args) == 0 || args[0] != "--" {
+					missing := "an argument"
+					if len(names) > 0 {
+						missing = names[len(names)-1]
+					}
+					return nil, nil, usageError("missing %s before -- (see ddblock %s --help)", missing, f.Name())
+				}
+				args = args[1:]
+			}
 			return f.finish(pos, args, nPos, allowRest, names)
 		}
 		if len(rest) == 0 {

@@ -1,7 +1,8 @@
 package main
 
 // The end-to-end tests build the ddblock binary once, start one local
-// DynamoDB-compatible server (dynalite, through internal/ddbtest), and run
+// DynamoDB-compatible server (through internal/ddbtest: dynalite or
+// DynamoDB Local, as DDBLOCK_TEST_SERVER picks), and run
 // the binary against it as an operator would.
 
 import (
@@ -56,10 +57,11 @@ func testMain(m *testing.M) int {
 	}
 	server, err = ddbtest.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the local DynamoDB-compatible server could not start: %v\n", err)
+		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB-compatible server for the tests could not start: %v\n", err)
 		return 1
 	}
 	defer server.Stop()
+	fmt.Fprintln(os.Stderr, ddbtest.Describe(server))
 	sdk = server.Client(0)
 	return m.Run()
 }
@@ -74,29 +76,21 @@ const (
 
 var timingFlags = []string{"--lease", testLease.String(), "--heartbeat", testHeartbeat.String()}
 
-// baseEnv is the environment of every ddblock the tests start: the SDK's
-// chain finds dummy credentials and a region in it, and nothing of the
-// developer's AWS setup. Against an external server the caller's AWS
-// settings are kept, since they are what reaches that server.
+// baseEnv is the environment of every ddblock the tests start: nothing of
+// the developer's DDBLOCK_ settings, and the credentials and region the
+// test server expects (ddbtest decides them, so that the binary sees the
+// tables the tests create).
 func baseEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "DDBLOCK_") || (!server.External && strings.HasPrefix(name, "AWS_")) {
-			continue
+		if !strings.HasPrefix(kv, "DDBLOCK_") {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	// A race-enabled binary stops at the first race, and does not sleep
 	// the race detector's default second before a successful exit.
 	env = append(env, "GORACE=halt_on_error=1 atexit_sleep_ms=0")
-	if !server.External {
-		env = append(env,
-			"AWS_ACCESS_KEY_ID=ddblock", "AWS_SECRET_ACCESS_KEY=ddblock", "AWS_REGION=us-east-1",
-			"AWS_EC2_METADATA_DISABLED=true",
-			"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull)
-	}
-	return env
+	return server.ChildEnv(env)
 }
 
 // fixture is one test's lock table.
@@ -240,6 +234,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// eventuallyWhileRunning is eventually, for a condition that p must bring
+// about: if p ends first, the test fails at once, with what p said.
+func (p *proc) eventuallyWhileRunning(what string, cond func() bool) {
+	p.t.Helper()
+	eventually(p.t, what, func() bool {
+		if cond() {
+			return true
+		}
+		select {
+		case <-p.done:
+			if !cond() {
+				p.t.Fatalf("ddblock %s ended before %s: %v", strings.Join(p.cmd.Args[1:], " "), what, p.res)
+			}
+			return true
+		default:
+			return false
+		}
+	})
 }
 
 // readFile returns a file's content, "" while it does not exist.

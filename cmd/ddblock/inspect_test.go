@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -32,10 +38,12 @@ func TestLsAndGet(t *testing.T) {
 	}))
 	f.acquire("bob", "job-2", ddblock.WithSortKey("eu"))
 
+	// These holders write no heartbeat stamp, and plain ls reads once.
+	unknown := holderJSON{State: holderUnknown, Detail: "no heartbeat stamp; ls --watch tells"}
 	want := []lockJSON{
-		{Key: "job-1", SortKey: "-", Owner: "alice", LeaseSeconds: 180,
+		{Key: "job-1", SortKey: "-", Owner: "alice", LeaseSeconds: 180, Holder: unknown,
 			Attributes: map[string]any{"host": "web-1", "tries": json.Number("3")}},
-		{Key: "job-2", SortKey: "eu", Owner: "bob", LeaseSeconds: 180, Attributes: map[string]any{}},
+		{Key: "job-2", SortKey: "eu", Owner: "bob", LeaseSeconds: 180, Holder: unknown, Attributes: map[string]any{}},
 	}
 	ignoreVolatile := cmpopts.IgnoreFields(lockJSON{}, "RecordVersionNumber", "ExpiryTime")
 
@@ -64,12 +72,12 @@ func TestLsAndGet(t *testing.T) {
 		t.Fatalf("ls: want a header and two rows: %v", r)
 	}
 	wantRows := [][]string{
-		{"KEY", "SORT", "KEY", "OWNER", "LEASE", "RECORD", "VERSION", "NUMBER", "EXPIRES", "(TTL)", "ATTRIBUTES"},
-		{"job-1", "-", "alice", "3m0s", got[0].RecordVersionNumber, got[0].ExpiryTime, `host="web-1"`, "tries=3"},
-		{"job-2", "eu", "bob", "3m0s", got[1].RecordVersionNumber, got[1].ExpiryTime, "-"},
+		{"KEY", "SORT KEY", "OWNER", "HOLDER", "LEASE", "RECORD VERSION NUMBER", "EXPIRES (TTL)", "ATTRIBUTES"},
+		{"job-1", "-", "alice", "unknown (no heartbeat stamp; ls --watch tells)", "3m0s", got[0].RecordVersionNumber, got[0].ExpiryTime, `host="web-1" tries=3`},
+		{"job-2", "eu", "bob", "unknown (no heartbeat stamp; ls --watch tells)", "3m0s", got[1].RecordVersionNumber, got[1].ExpiryTime, "-"},
 	}
 	for i, row := range rows {
-		if diff := cmp.Diff(wantRows[i], strings.Fields(row)); diff != "" {
+		if diff := cmp.Diff(wantRows[i], cells(row)); diff != "" {
 			t.Errorf("ls row %d (-want +got):\n%s", i, diff)
 		}
 	}
@@ -86,6 +94,7 @@ func TestLsAndGet(t *testing.T) {
 	}
 	wantFields := map[string]string{
 		"key": "job-1", "sort key": "-", "owner": "alice", "lease": "3m0s",
+		"holder":                "unknown (no heartbeat stamp; ls --watch tells)",
 		"record version number": got[0].RecordVersionNumber, "expires (TTL)": got[0].ExpiryTime,
 		"attribute host": `"web-1"`, "attribute tries": "3",
 	}
@@ -107,6 +116,11 @@ func TestLsAndGet(t *testing.T) {
 		t.Errorf("get of a missing lock: want exit %d: %v", exitNotFound, r)
 	}
 	oneLineOn(t, r, `no lock "job-3"/"-" in table`)
+}
+
+// cells splits a row of ls's table: columns are two spaces or more apart.
+func cells(row string) []string {
+	return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(row), -1)
 }
 
 func decodeLocks(t *testing.T, r result) []lockJSON {
@@ -176,25 +190,28 @@ func TestCreateTable(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("create-table: %v", r)
 	}
-	if !strings.Contains(r.stdout, `created table "`+f.table+`"`) ||
-		!(strings.Contains(r.stdout, "cannot enable TTL") || strings.Contains(r.stdout, "with TTL on expiry_time")) {
-		t.Errorf("create-table said: %v", r)
+	ttlSaid := "cannot enable TTL" // dynalite has no TTL
+	if server.HasTTL() {
+		ttlSaid = "with TTL on expiry_time"
+	}
+	if !strings.Contains(r.stdout, `created table "`+f.table+`"`) || !strings.Contains(r.stdout, ttlSaid) {
+		t.Errorf("create-table on %s said: %v; want %q", server.Name(), r, ttlSaid)
 	}
 	if r := f.run("run", append(slices.Clone(timingFlags), "job", "--", "true")...); r.code != 0 {
 		t.Errorf("run on the new table: %v", r)
 	}
 
 	r = f.run("create-table", "--on-demand")
-	if r.code != exitUnavailable {
-		t.Errorf("create-table of an existing table: want exit %d: %v", exitUnavailable, r)
+	if r.code != exitCantCreate {
+		t.Errorf("create-table of an existing table: want exit %d: %v", exitCantCreate, r)
 	}
 	oneLineOn(t, r, "exists already")
 	if r := f.run("create-table", "--if-not-exists"); r.code != 0 || !strings.Contains(r.stdout, "exists already, with keys lock_key, sort_key") {
 		t.Errorf("create-table --if-not-exists: %v", r)
 	}
 	r = f.run("create-table", "--if-not-exists", "--sort-key-name", "other")
-	if r.code != exitUsage {
-		t.Errorf("create-table --if-not-exists on a table with other keys: want exit %d: %v", exitUsage, r)
+	if r.code != exitConfig {
+		t.Errorf("create-table --if-not-exists on a table with other keys: want exit %d: %v", exitConfig, r)
 	}
 	oneLineOn(t, r, `sort key is "sort_key", want "other"`)
 
@@ -228,6 +245,9 @@ func TestBadInput(t *testing.T) {
 		{"missing key", func() result { return f.run("get") }, exitUsage, "missing KEY"},
 		{"extra argument", func() result { return f.run("get", "a", "b") }, exitUsage, `unexpected argument "b"`},
 		{"missing command", func() result { return f.run("run", "k") }, exitUsage, "missing COMMAND"},
+		{"missing key before --", func() result { return f.run("run", "--", "sh", "-c", "true") }, exitUsage, "missing KEY before --"},
+		{"guard run by hand", func() result { return f.runRaw("__guard", "--", "true") }, exitUsage, "internal command of ddblock run, not for direct use"},
+		{"negative watch", func() result { return f.run("ls", "--watch", "-1s") }, exitUsage, "--watch must not be negative"},
 		{"negative lease", func() result { return f.run("run", "--lease", "-1s", "k", "--", "true") }, exitUsage, "--lease must be positive"},
 		{"heartbeat too long", func() result { return f.run("run", "--lease", "1s", "--heartbeat", "400ms", "k", "--", "true") }, exitUsage, "at least two heartbeats"},
 		{"safe not below lease", func() result { return f.run("run", "--lease", "1s", "--safe", "1s", "k", "--", "true") }, exitUsage, "--safe 1s must be shorter than --lease 1s"},
@@ -276,4 +296,91 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ls tells live holders from presumably dead ones, and says how: by the
+// heartbeat stamp where holders write one, and with --watch by a second
+// read, comparing record version numbers.
+func TestLsHolderLiveness(t *testing.T) {
+	f := newFixture(t)
+	// A live ddblock run, heartbeating every 150 ms.
+	lines := writerFile(t)
+	run := f.start("run", append(append(slices.Clone(timingFlags), "--owner", "runner", "live", "--"),
+		writerCommand(t, "A", lines, writerEvery, 0)...)...)
+	run.eventuallyWhileRunning("the run's command to start", func() bool { return len(readWriterLines(t, lines)) > 0 })
+	// A holder that stamps its heartbeats, with a long heartbeat period:
+	// fresh by its stamp, silent through a short watch.
+	stamping, err := ddblock.New(sdk, ddblock.WithTableName(f.table), ddblock.WithOwnerName("stamper"),
+		ddblock.WithMaxClockSkew(time.Second), ddblock.WithHeartbeatPeriod(time.Minute),
+		ddblock.WithSafePeriod(2*time.Minute), ddblock.WithLeaseDuration(3*time.Minute), ddblock.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stamping.Close(context.Background(), true) }()
+	if _, err := stamping.AcquireLock(context.Background(), "stamped"); err != nil {
+		t.Fatal(err)
+	}
+	// A holder that died long ago, as its stamp says.
+	_, err = sdk.PutItem(context.Background(), &dynamodb.PutItemInput{
+		TableName: aws.String(f.table),
+		Item: map[string]types.AttributeValue{
+			"lock_key":              &types.AttributeValueMemberS{Value: "stale"},
+			"sort_key":              &types.AttributeValueMemberS{Value: "-"},
+			"owner_name":            &types.AttributeValueMemberS{Value: "crashed"},
+			"lease_duration":        &types.AttributeValueMemberN{Value: "30"},
+			"record_version_number": &types.AttributeValueMemberS{Value: "11111111-2222-4333-8444-555555555555"},
+			"ddblock_heartbeat_ms":  &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-10*time.Minute).UnixMilli(), 10)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder without a stamp that does not heartbeat during the test.
+	f.acquire("silent", "silent")
+
+	byKey := func(locks []lockJSON) map[string]holderJSON {
+		out := map[string]holderJSON{}
+		for _, l := range locks {
+			out[l.Key] = l.Holder
+		}
+		return out
+	}
+	got := byKey(decodeLocks(t, f.run("ls", "--json")))
+	want := map[string]struct{ state, evidence, detail string }{
+		"live":    {holderUnknown, "", "no heartbeat stamp"},
+		"stamped": {holderLive, evidenceStamp, "lease 3m0s"},
+		"stale":   {holderPresumedDead, evidenceStamp, "more than its lease of 30s"},
+		"silent":  {holderUnknown, "", "no heartbeat stamp"},
+	}
+	for key, w := range want {
+		if h := got[key]; h.State != w.state || h.Evidence != w.evidence || !strings.Contains(h.Detail, w.detail) {
+			t.Errorf("ls, %s: holder %+v, want %s by %q, saying %q", key, h, w.state, w.evidence, w.detail)
+		}
+	}
+
+	r := f.run("ls", "--watch", "600ms", "--json")
+	if !strings.Contains(r.stderr, "reading the table again in 600ms") {
+		t.Errorf("ls --watch did not say it waits: %v", r)
+	}
+	got = byKey(decodeLocks(t, r))
+	want = map[string]struct{ state, evidence, detail string }{
+		"live":    {holderLive, evidenceWatch, "heartbeated during the 600ms watch"},
+		"stamped": {holderPresumedDead, evidenceWatch, "no heartbeat in 600ms"},
+		"stale":   {holderPresumedDead, evidenceWatch, "no heartbeat in 600ms"},
+		"silent":  {holderPresumedDead, evidenceWatch, "no heartbeat in 600ms"},
+	}
+	for key, w := range want {
+		if h := got[key]; h.State != w.state || h.Evidence != w.evidence || h.Detail != w.detail {
+			t.Errorf("ls --watch, %s: holder %+v, want %s by %q, saying %q", key, h, w.state, w.evidence, w.detail)
+		}
+	}
+	r = f.run("ls", "--watch", "300ms")
+	for _, row := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		c := cells(row)
+		if c[0] == "live" && c[3] != "live (heartbeated during the 300ms watch)" || c[0] == "silent" && c[3] != "presumed dead (no heartbeat in 300ms)" {
+			t.Errorf("ls --watch row %q", row)
+		}
+	}
+	run.signal(syscall.SIGTERM)
+	run.wait()
 }

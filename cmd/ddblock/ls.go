@@ -20,26 +20,49 @@ import (
 )
 
 const lsAbout = `
-Lists the locks in the table: key, sort key, owner, lease, record version
-number, TTL expiry and additional attributes, as a table for people or,
-with --json, as a JSON array for scripts.
+Lists the locks in the table: key, sort key, owner, whether the holder
+looks alive, lease, record version number, TTL expiry and additional
+attributes, as a table for people or, with --json, as a JSON array for
+scripts.
 
 A lock item says who took or heartbeated it last, not that its holder is
-alive: a live holder's record version number changes with every
-heartbeat, so two looks a few seconds apart tell a live holder from a
-dead one.`
+alive. The HOLDER column says what can be told, and how:
+
+  live / presumed dead, by heartbeat stamp: holders with fast takeover
+    (--max-clock-skew) stamp their wall clock at every heartbeat; a stamp
+    younger than the lease is a live holder. Compares two hosts' clocks.
+  live / presumed dead, by watch (--watch D): the table is read twice, D
+    apart; a live holder's record version number changes with every
+    heartbeat. Works for every holder (Python's too) when D is longer
+    than its heartbeat period (5s by default, lease/6 for ddblock run);
+    with D at least the lease, a presumed dead lock is one that a
+    waiting client may take over now.
+  unknown: no stamp, and no --watch.`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
 		conn   connFlags
 		asJSON bool
 		key    string
+		watch  time.Duration
 	)
 	f := newFlags(env, "ls", "ls [flags]", lsAbout)
 	conn.register(f)
 	f.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
 	f.StringVar(&key, "key", "", "list only the locks with this partition key")
+	f.DurationVar(&watch, "watch", 0, "read the table twice, this long apart, to tell live holders (whose record\nversion number changes) from presumably dead ones; pick more than the\nholders' heartbeat period (default 0: judge by heartbeat stamps alone)")
 	if _, _, err := f.parse(args, 0, false); err != nil {
+		return err
+	}
+	if err := conn.check(); err != nil {
+		return err
+	}
+	if f.isSet("key") {
+		if err := checkKeyValue("--key", key, maxPartitionKeyBytes); err != nil {
+			return err
+		}
+	}
+	if err := nonNegative("watch", watch); err != nil {
 		return err
 	}
 	client, err := conn.client(ctx, logger(env.stderr))
@@ -48,29 +71,63 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	}
 	defer closeClient(client)
 
-	seq := client.ListLocks(ctx)
-	if f.isSet("key") {
-		seq = client.ListLocksByPartitionKey(ctx, key)
-	}
-	var locks []*ddblock.LockInfo
-	for info, err := range seq {
-		if errors.Is(err, ddblock.ErrInvalidItem) {
-			// One foreign item must not hide the locks.
-			fmt.Fprintf(env.stderr, "ddblock ls: skipped an item that is not a lock: %s\n", oneLine(err.Error()))
-			continue
+	read := func() ([]*ddblock.LockInfo, error) {
+		seq := client.ListLocks(ctx)
+		if f.isSet("key") {
+			seq = client.ListLocksByPartitionKey(ctx, key)
 		}
-		if err != nil {
-			return libError(err, conn.table)
+		var locks []*ddblock.LockInfo
+		for info, err := range seq {
+			if errors.Is(err, ddblock.ErrInvalidItem) {
+				// One foreign item must not hide the locks.
+				fmt.Fprintf(env.stderr, "ddblock ls: skipped an item that is not a lock: %s\n", oneLine(err.Error()))
+				continue
+			}
+			if err != nil {
+				return nil, libError(err, conn.table)
+			}
+			locks = append(locks, info)
 		}
-		locks = append(locks, info)
+		slices.SortFunc(locks, func(a, b *ddblock.LockInfo) int {
+			return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
+		})
+		return locks, nil
 	}
-	slices.SortFunc(locks, func(a, b *ddblock.LockInfo) int {
-		return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
-	})
+	locks, err := read()
+	if err != nil {
+		return err
+	}
+	holders := make([]holderJSON, len(locks))
+	if watch > 0 {
+		before := map[[2]string]*ddblock.LockInfo{}
+		for _, l := range locks {
+			before[[2]string{l.PartitionKey, l.SortKey}] = l
+		}
+		fmt.Fprintf(env.stderr, "ddblock ls: reading the table again in %v to see which holders heartbeat\n", watch)
+		t := time.NewTimer(watch)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fail(exitSignalBase+2, "interrupted")
+		}
+		if locks, err = read(); err != nil {
+			return err
+		}
+		holders = make([]holderJSON, len(locks))
+		for i, l := range locks {
+			holders[i] = holderByWatch(before[[2]string{l.PartitionKey, l.SortKey}], l, watch)
+		}
+	} else {
+		now := time.Now()
+		for i, l := range locks {
+			holders[i] = holderByStamp(l, now)
+		}
+	}
 	if asJSON {
 		out := make([]lockJSON, 0, len(locks))
-		for _, l := range locks {
-			out = append(out, toJSON(l))
+		for i, l := range locks {
+			out = append(out, toJSON(l, holders[i]))
 		}
 		return writeJSON(env.stdout, out)
 	}
@@ -79,18 +136,27 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tSORT KEY\tOWNER\tLEASE\tRECORD VERSION NUMBER\tEXPIRES (TTL)\tATTRIBUTES")
-	for _, l := range locks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", cell(l.PartitionKey), cell(l.SortKey), cell(l.OwnerName),
+	if conn.pkOnly {
+		fmt.Fprintln(tw, "KEY\tOWNER\tHOLDER\tLEASE\tRECORD VERSION NUMBER\tEXPIRES (TTL)\tATTRIBUTES")
+	} else {
+		fmt.Fprintln(tw, "KEY\tSORT KEY\tOWNER\tHOLDER\tLEASE\tRECORD VERSION NUMBER\tEXPIRES (TTL)\tATTRIBUTES")
+	}
+	for i, l := range locks {
+		sk := cell(l.SortKey) + "\t"
+		if conn.pkOnly {
+			sk = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%v\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, cell(l.OwnerName), holders[i].text(),
 			l.LeaseDuration, l.RecordVersionNumber, formatExpiry(l.ExpiryTime), formatAttrs(l.AdditionalAttributes))
 	}
 	return tw.Flush()
 }
 
 const getAbout = `
-Shows one lock: who holds it, its lease, record version number (which
-'ddblock release --rvn' takes), TTL expiry and additional attributes.
-Exits 1 when there is no such lock.`
+Shows one lock: who holds it, whether the holder looks alive (by its
+heartbeat stamp, when it writes one: see ddblock ls --help), its lease,
+record version number (which 'ddblock release --rvn' takes), TTL expiry
+and additional attributes. Exits 1 when there is no such lock.`
 
 func cmdGet(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -100,10 +166,16 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	)
 	f := newFlags(env, "get", "get [flags] KEY", getAbout)
 	conn.register(f)
-	f.StringVar(&sortKey, "sort-key", ddblock.DefaultSortKey, "the lock's sort key")
+	conn.sortKeyVar(&sortKey)
 	f.BoolVar(&asJSON, "json", false, "print a JSON object")
 	pos, _, err := f.parse(args, 1, false, "KEY")
 	if err != nil {
+		return err
+	}
+	if err := conn.check(); err != nil {
+		return err
+	}
+	if sortKey, err = conn.lockKey(pos[0], sortKey); err != nil {
 		return err
 	}
 	client, err := conn.client(ctx, logger(env.stderr))
@@ -115,13 +187,17 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	if err != nil {
 		return libError(err, conn.table)
 	}
+	holder := holderByStamp(info, time.Now())
 	if asJSON {
-		return writeJSON(env.stdout, toJSON(info))
+		return writeJSON(env.stdout, toJSON(info, holder))
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "key\t%s\n", cell(info.PartitionKey))
-	fmt.Fprintf(tw, "sort key\t%s\n", cell(info.SortKey))
+	if !conn.pkOnly {
+		fmt.Fprintf(tw, "sort key\t%s\n", cell(info.SortKey))
+	}
 	fmt.Fprintf(tw, "owner\t%s\n", cell(info.OwnerName))
+	fmt.Fprintf(tw, "holder\t%s\n", holder.text())
 	fmt.Fprintf(tw, "lease\t%v\n", info.LeaseDuration)
 	fmt.Fprintf(tw, "record version number\t%s\n", info.RecordVersionNumber)
 	fmt.Fprintf(tw, "expires (TTL)\t%s\n", formatExpiry(info.ExpiryTime))
@@ -150,12 +226,15 @@ type lockJSON struct {
 	FencingToken int64 `json:"fencing_token,omitempty"`
 	// HeartbeatTime is the holder's wall clock at its last write, RFC 3339
 	// in UTC, absent unless the holder stamps it (fast takeover).
-	HeartbeatTime string         `json:"heartbeat_time,omitempty"`
-	Attributes    map[string]any `json:"attributes"`
+	HeartbeatTime string `json:"heartbeat_time,omitempty"`
+	// Holder says whether the holder looks alive, and how that is known.
+	Holder     holderJSON     `json:"holder"`
+	Attributes map[string]any `json:"attributes"`
 }
 
-func toJSON(l *ddblock.LockInfo) lockJSON {
+func toJSON(l *ddblock.LockInfo, holder holderJSON) lockJSON {
 	out := lockJSON{
+		Holder:              holder,
 		Key:                 l.PartitionKey,
 		SortKey:             l.SortKey,
 		Owner:               l.OwnerName,
@@ -272,9 +351,4 @@ func cell(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
-}
-
-// lockName names a lock in messages: "key"/"sort key".
-func lockName(pk, sk string) string {
-	return strconv.Quote(pk) + "/" + strconv.Quote(sk)
 }

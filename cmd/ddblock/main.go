@@ -24,21 +24,28 @@ const (
 	exitOK = 0
 	// exitNotFound: get or release named a lock that is not in the table.
 	exitNotFound = 1
-	// exitUsage: bad flags or arguments, or a configuration that cannot
-	// work (EX_USAGE).
+	// exitUsage: bad flags or arguments, or settings that cannot work
+	// together (EX_USAGE).
 	exitUsage = 64
 	// exitUnavailable: DynamoDB could not be used: the table does not
 	// exist, the server cannot be reached, credentials were refused
 	// (EX_UNAVAILABLE).
 	exitUnavailable = 69
-	// exitInternal: anything else that went wrong (EX_SOFTWARE).
+	// exitInternal: anything else that went wrong (EX_SOFTWARE),
+	// including the guard of run's command ending unexpectedly.
 	exitInternal = 70
+	// exitCantCreate: create-table found the table there already
+	// (EX_CANTCREAT).
+	exitCantCreate = 73
 	// exitBusy: run did not get the lock within --wait, or release found
 	// the lock changed under it (EX_TEMPFAIL: try again later).
 	exitBusy = 75
 	// exitLockLost: run's lock went into danger or was stolen while the
-	// command ran; the command was stopped.
+	// command ran, or was not renewed in time; the command was stopped.
 	exitLockLost = 76
+	// exitConfig: the table exists but does not have the keys ddblock is
+	// configured for (EX_CONFIG).
+	exitConfig = 78
 	// exitCannotExecute and exitCommandNotFound are the shell's statuses
 	// for a command that cannot be run.
 	exitCannotExecute   = 126
@@ -85,9 +92,17 @@ type command struct {
 // environ is what a subcommand may touch of the outside world, so that
 // tests and the demo can redirect it.
 type environ struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	// stderr takes ddblock's own messages and log records; in the
+	// program it is a queue that never blocks (see queuedWriter).
+	stderr io.Writer
+	// childStderr is the stderr handed to a child process: the real one.
+	childStderr io.Writer
+	getenv      func(string) string
+	// self is the ddblock binary, which run starts again as the guard of
+	// its command; empty where there is none (tests of the package).
+	self string
 }
 
 func commands() []command {
@@ -103,8 +118,23 @@ func commands() []command {
 }
 
 func main() {
-	env := &environ{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
-	os.Exit(runMain(context.Background(), env, os.Args[1:]))
+	if len(os.Args) > 1 && os.Args[1] == guardCommand {
+		os.Exit(runGuard(os.Args[2:], os.Stderr))
+	}
+	// Nothing ddblock writes may block it: a stuck stderr would stop its
+	// heartbeats (see queuedWriter).
+	realStderr := os.Stderr
+	stderr := newQueuedWriter(realStderr, stderrBuffer)
+	releaseStderr := captureStderr(stderr)
+	self, err := selfPath()
+	if err != nil {
+		self = ""
+	}
+	env := &environ{stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, childStderr: realStderr, getenv: os.Getenv, self: self}
+	code := runMain(context.Background(), env, os.Args[1:])
+	releaseStderr(flushTimeout)
+	stderr.Close(flushTimeout)
+	os.Exit(code)
 }
 
 // runMain runs the subcommand named by args[0] and returns the exit status.
@@ -164,9 +194,12 @@ AWS settings come from the SDK's default chain (AWS_REGION, AWS_PROFILE,
 ~/.aws/config and credentials, instance roles...); --endpoint or
 AWS_ENDPOINT_URL_DYNAMODB point at a local server.
 
-Exit statuses: 0 success; 1 no such lock; 64 usage; 69 DynamoDB
-unavailable (table missing, server unreachable); 70 internal error; 75 lock
-busy (not acquired within --wait); 76 lock lost while the command ran;
+Exit statuses: 0 success; 1 no such lock; 64 usage (bad flags or
+arguments); 69 DynamoDB unavailable (table missing, server unreachable);
+70 internal error; 73 create-table: the table exists already; 75 lock busy
+(not acquired within --wait, or changed before release could remove it);
+76 lock lost while the command ran; 78 the table's keys are not the ones
+configured; 126 the command cannot be run; 127 the command was not found;
 otherwise run exits with its command's status (128+N: killed by signal N).
 `)
 }

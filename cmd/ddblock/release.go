@@ -28,7 +28,7 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 	)
 	f := newFlags(env, "release", "release --force [flags] KEY", releaseAbout)
 	conn.register(f)
-	f.StringVar(&sortKey, "sort-key", ddblock.DefaultSortKey, "the lock's sort key")
+	conn.sortKeyVar(&sortKey)
 	f.BoolVar(&force, "force", false, "really remove the lock, whoever holds it")
 	f.StringVar(&rvn, "rvn", "", "remove the lock only if its record version number is this one\n(as shown by ddblock get or ls)")
 	pos, _, err := f.parse(args, 1, false, "KEY")
@@ -36,6 +36,12 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 		return err
 	}
 	key := pos[0]
+	if err := conn.check(); err != nil {
+		return err
+	}
+	if sortKey, err = conn.lockKey(key, sortKey); err != nil {
+		return err
+	}
 	if !force {
 		return usageError("refusing to remove lock %s without --force (it is removed whoever holds it; see ddblock get %s)", lockName(key, sortKey), key)
 	}

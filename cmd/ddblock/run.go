@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 
 const runAbout = `
 Waits for the lock on KEY, runs COMMAND while heartbeating the lock, and
-releases it when COMMAND ends. ddblock exits with COMMAND's status.
+releases it when COMMAND ends. ddblock exits with COMMAND's status. Write
+-- between KEY and COMMAND when COMMAND has flags of its own; a -- before
+KEY is refused, so that a forgotten KEY cannot turn COMMAND into the key.
 
 While it waits, ddblock says on stderr who holds the lock. With --wait 0 it
 tries once. A holder that died is taken over once its lease has passed
@@ -26,22 +30,39 @@ without a heartbeat, so give --wait at least the holder's lease (the
 default) if crashed holders must not block later runs.
 
 COMMAND runs in its own process group, with the lock in its environment:
-DDBLOCK_KEY, DDBLOCK_SORT_KEY, DDBLOCK_OWNER, DDBLOCK_TABLE and
-DDBLOCK_RECORD_VERSION_NUMBER (the version when the lock was taken; every
-heartbeat changes it), and DDBLOCK_FENCING_TOKEN when the lock carries one. SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
-SIGUSR2 sent to ddblock are passed to COMMAND's process group.
+  DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
+  DDBLOCK_OWNER                   the owner name written in the lock
+  DDBLOCK_TABLE                   the lock table
+  DDBLOCK_RECORD_VERSION_NUMBER   the version when the lock was taken
+                                  (every heartbeat changes it)
+  DDBLOCK_FENCING_TOKEN           the lock's fencing token, if it has one
+  DDBLOCK_TAKEN_OVER_FROM         the owner of the lock item taken over from
+                                  a holder presumed dead; unset otherwise
+SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
+passed to COMMAND's process group.
 
-If the lock goes into danger (no successful heartbeat for --safe) or is
-stolen, COMMAND's process group gets SIGTERM, then SIGKILL after --grace,
-and ddblock exits 76. Timing: --heartbeat defaults to lease/6 and --safe
-to lease*2/3; at least two heartbeats must fit in the safe period, and
---grace in the time between the safe period and the lease, so that
-COMMAND is stopped before anyone else can take the lock.
+COMMAND is started and watched by a guard: a second ddblock process, told
+after every successful heartbeat until when the lock is safe (the
+heartbeat's send time plus --safe). When that moment passes without a
+newer heartbeat, the guard sends COMMAND's process group SIGTERM, then
+SIGKILL after --grace, on its own clock: COMMAND stops in time even if
+ddblock itself is stopped, starved of CPU, or blocked on a full stderr.
+If ddblock dies, the guard kills COMMAND's group at once; if the guard
+dies, COMMAND is killed and the lock released.
+
+If the lock goes into danger (no successful heartbeat for --safe), is
+stolen, or is not renewed in time, COMMAND's process group gets SIGTERM,
+then SIGKILL after --grace, and ddblock exits 76. Timing: --heartbeat
+defaults to lease/6 and --safe to lease*2/3; at least two heartbeats must
+fit in the safe period, and --grace in the time between the safe period
+and the lease, so that COMMAND is stopped before anyone else can take the
+lock.
 
 Exit statuses: COMMAND's (128+N when killed by signal N); 75 the lock was
-not acquired within --wait; 76 the lock was lost while COMMAND ran; 126/127
-COMMAND cannot be run / was not found; 64 usage; 69 DynamoDB unavailable;
-70 internal error; 128+N interrupted by signal N while waiting.`
+not acquired within --wait; 76 the lock was lost while COMMAND ran; 126
+COMMAND cannot be run; 127 COMMAND was not found; 64 usage; 69 DynamoDB
+unavailable; 70 internal error (the guard died); 78 the table's keys are
+not the ones configured; 128+N interrupted by signal N while waiting.`
 
 // forwardedSignals are passed to the command; while ddblock waits for the
 // lock they end the wait instead.
@@ -120,7 +141,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	)
 	f := newFlags(env, "run", "run [flags] KEY [--] COMMAND [ARG...]", runAbout)
 	r.conn.register(f)
-	f.StringVar(&r.sortKey, "sort-key", ddblock.DefaultSortKey, "the lock's sort key")
+	r.conn.sortKeyVar(&r.sortKey)
 	f.DurationVar(&lease, "lease", ddblock.DefaultLeaseDuration, "how long others wait on a silent holder before taking the lock over")
 	f.DurationVar(&heartbeat, "heartbeat", 0, "how often the lock is heartbeated (default lease/6)")
 	f.DurationVar(&safe, "safe", 0, "how long without a successful heartbeat before the lock is in danger\nand the command is stopped (default lease*2/3)")
@@ -137,6 +158,12 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	r.key = pos[0]
 	if len(command) == 0 {
 		return usageError("missing COMMAND (see ddblock run --help)")
+	}
+	if err := r.conn.check(); err != nil {
+		return err
+	}
+	if r.sortKey, err = r.conn.lockKey(r.key, r.sortKey); err != nil {
+		return err
 	}
 	if err := nonNegative("wait", r.wait); err != nil {
 		return err
@@ -160,11 +187,21 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	}
 	path, err := exec.LookPath(command[0])
 	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
+		// Not on PATH, or a path to nothing: the shell's 127.
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return fail(exitCommandNotFound, "command not found: %s", command[0])
 		}
 		return fail(exitCannotExecute, "cannot run %s: %v", command[0], err)
 	}
+	if r.env.self == "" {
+		return fail(exitInternal, "cannot find the ddblock binary to start the guard of the command")
+	}
+	// A stderr whose reader went away must not end ddblock (and with it
+	// the command), nor change its exit status as it says its last word:
+	// its writes then fail quietly, until the process ends. Catching
+	// SIGPIPE, rather than ignoring it, leaves the command's own SIGPIPE
+	// as it was.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	// Catch the signals before anything can be held, so that none is lost
 	// between taking the lock and starting the command.
@@ -173,6 +210,8 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	defer signal.Stop(r.sigs)
 
 	opts := []ddblock.Option{
+		// The guard reads the same clock (see machineClock).
+		ddblock.WithClock(newMachineClock()),
 		ddblock.WithLeaseDuration(tm.lease),
 		ddblock.WithHeartbeatPeriod(tm.heartbeat),
 		ddblock.WithSafePeriod(tm.safe),
@@ -196,7 +235,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	if err != nil {
 		return err
 	}
-	return r.supervise(lock, path, command, tm.grace)
+	return r.supervise(lock, path, command, tm)
 }
 
 // acquire waits for the lock; a forwarded signal ends the wait.
@@ -235,19 +274,33 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 			ddblock.WithAdditionalAttributes(r.attrs),
 		}
 	}
+	name := lockName(r.key, r.sortKey)
 	lock, err := r.client.AcquireLock(ctx, r.key, acquireOpts(0)...)
-	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
-		return lock, r.acquireError(err)
-	}
-	holder, err := r.holder(ctx)
-	if err != nil {
+	holder := "someone else"
+	switch {
+	case err == nil:
+		return lock, nil
+	case errors.Is(err, ddblock.ErrAcquireTimeout):
+		h, herr := r.holder(ctx)
+		switch {
+		case herr == nil:
+			holder = h
+		case ddblock.CodeOf(herr) != ddblock.CodeUnknown:
+			return nil, r.acquireError(herr)
+		}
+		if r.wait == 0 {
+			return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
+		}
+		fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
+	case ddblock.CodeOf(err) == ddblock.CodeUnknown && r.wait > 0:
+		// A DynamoDB call failed (unreachable, throttled, a server
+		// error): that may pass, and the library retries such failures
+		// within the wait.
+		fmt.Fprintf(r.env.stderr, "ddblock run: could not take lock %s yet (%s); trying again for up to %v\n",
+			name, oneLine(trimmed{err}.Error()), r.wait)
+	default:
 		return nil, r.acquireError(err)
 	}
-	name := lockName(r.key, r.sortKey)
-	if r.wait == 0 {
-		return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
-	}
-	fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
 
 	reportCtx, stopReports := context.WithCancel(ctx)
 	reported := make(chan struct{})
@@ -315,11 +368,10 @@ func (r *runner) acquireError(err error) error {
 	return libError(err, r.conn.table)
 }
 
-// supervise runs the command under the lock and returns ddblock's exit.
-func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, grace time.Duration) error {
-	cmd := exec.Command(path, command[1:]...)
-	cmd.Args = command
-	cmd.Env = append(os.Environ(),
+// supervise runs the command under the lock, through the guard, and
+// returns ddblock's exit.
+func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm timing) error {
+	env := append(os.Environ(),
 		"DDBLOCK_KEY="+lock.PartitionKey(),
 		"DDBLOCK_SORT_KEY="+lock.SortKey(),
 		"DDBLOCK_OWNER="+lock.OwnerName(),
@@ -327,60 +379,132 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, gr
 		tableEnv+"="+r.conn.table,
 	)
 	if token := lock.FencingToken(); token > 0 {
-		cmd.Env = append(cmd.Env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
+		env = append(env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
 	}
 	if prev := lock.TakenOverFrom(); prev != nil {
 		// The previous holder died holding the lock: the command may need
 		// to clean up after it.
-		cmd.Env = append(cmd.Env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
+		env = append(env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.env.stdin, r.env.stdout, r.env.stderr
-	cmd.SysProcAttr = childSysProcAttr()
-	if err := cmd.Start(); err != nil {
+	// The lock is safe until its last successful write's send time plus
+	// the safe period: the library's own rule for danger, on the clock
+	// the guard reads too.
+	safeUntil := func() int64 { return int64(lock.LastHeartbeat() + tm.safe) }
+	g, err := startGuard(guardSpec{
+		self: r.env.self, path: path, argv: command, env: env,
+		grace: tm.grace, deadline: safeUntil(),
+		stdin: r.env.stdin, stdout: r.env.stdout, stderr: r.env.childStderr,
+	})
+	if err != nil {
 		r.release(lock, false)
-		return fail(exitCannotExecute, "cannot run %s: %v", command[0], err)
+		return fail(exitInternal, "cannot start the guard process (%s): %v", r.env.self, err)
 	}
-	pgid := cmd.Process.Pid // the command leads its own process group
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // its status is read from cmd.ProcessState
-		close(exited)
-	}()
+	defer g.close()
 
 	name := lockName(r.key, r.sortKey)
-	lockDone := lock.Done()
+	// Heartbeats are looked for several times per period, so that the
+	// guard's deadline trails each one by a fraction of a period.
+	poll := time.NewTicker(min(max(tm.heartbeat/4, 5*time.Millisecond), time.Second))
+	defer poll.Stop()
 	var (
-		lost  error
-		kill  *time.Timer
-		killC <-chan time.Time
+		pgid       int        // the command's process group, once started
+		status     = -1       // the command's, once it ended
+		lost       error      // the lock's error, once the library gave it up
+		notRenewed bool       // the guard stopped the command at its deadline
+		startErr   guardEvent // the guard could not start the command
+		notStarted bool       // the guard did not start the command
+		killSaid   bool
+		kill       *time.Timer
+		killC      <-chan time.Time
+		events     = g.events
+		exited     = g.exited
+		lockDone   = lock.Done()
 	)
-	for {
+	sayKill := func() {
+		if !killSaid {
+			killSaid = true
+			fmt.Fprintf(r.env.stderr, "ddblock run: the command is still running %v after SIGTERM: sending SIGKILL\n", tm.grace)
+		}
+	}
+	for events != nil || exited != nil {
 		select {
 		case sig := <-r.sigs:
-			signalGroup(pgid, sig)
-			continue
+			if s, ok := sig.(syscall.Signal); ok {
+				g.forward(s)
+			}
+		case <-poll.C:
+			g.extend(safeUntil())
 		case <-lockDone:
 			lockDone = nil
+			if status >= 0 {
+				continue // the command ended already: said below
+			}
 			lost = lock.Err()
 			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s lost (%s): sending SIGTERM to the command, SIGKILL after %v\n",
-				name, ddblock.CodeOf(lost), grace)
-			signalGroup(pgid, syscall.SIGTERM)
-			kill = time.NewTimer(grace)
+				name, ddblock.CodeOf(lost), tm.grace)
+			g.terminate()
+			// Should the guard be unable to act (stopped), ddblock kills
+			// the group itself when the grace is over.
+			kill = time.NewTimer(tm.grace)
 			killC = kill.C
-			continue
 		case <-killC:
 			killC = nil
-			fmt.Fprintf(r.env.stderr, "ddblock run: the command is still running %v after SIGTERM: sending SIGKILL\n", grace)
-			signalGroup(pgid, syscall.SIGKILL)
-			continue
+			if pgid > 0 && status < 0 {
+				sayKill()
+				signalGroup(pgid, syscall.SIGKILL)
+			}
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			switch ev.kind {
+			case "P":
+				pgid, _ = strconv.Atoi(ev.arg)
+			case "N":
+				notStarted = true
+			case "E":
+				startErr = ev
+			case "T":
+				if ev.arg == "deadline" {
+					notRenewed = true
+					fmt.Fprintf(r.env.stderr, "ddblock run: lock %s not renewed within the safe period (%v without a successful heartbeat): the guard sent SIGTERM to the command, SIGKILL after %v\n",
+						name, tm.safe, tm.grace)
+				}
+			case "K":
+				sayKill()
+			case "X":
+				status, _ = strconv.Atoi(ev.arg)
+			}
 		case <-exited:
+			exited = nil
 		}
-		break
 	}
 	if kill != nil {
 		kill.Stop()
 	}
-	status := exitStatus(cmd.ProcessState)
+
+	switch {
+	case startErr.kind != "":
+		r.release(lock, false)
+		code, msg, _ := strings.Cut(startErr.arg, " ")
+		n, err := strconv.Atoi(code)
+		if err != nil {
+			n = exitCannotExecute
+		}
+		if n == exitCommandNotFound {
+			return fail(n, "command not found: %s (%s)", command[0], msg)
+		}
+		return fail(n, "cannot run %s: %s", command[0], msg)
+	case notStarted && lost != nil:
+		r.release(lock, true)
+		return fail(exitLockLost, "lock %s was lost (%s) before the command could start; the command did not run", name, ddblock.CodeOf(lost))
+	case notStarted:
+		r.release(lock, true)
+		return fail(exitLockLost, "lock %s: its safe period ran out before the command could start (ddblock or its guard was stopped or starved); the command did not run", name)
+	case status < 0:
+		return r.guardDied(lock, g, pgid)
+	}
 	if lost == nil {
 		// The command may have finished just as the lock was lost: its
 		// work was then not exclusive to the end.
@@ -389,15 +513,51 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, gr
 			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s was lost (%s) as the command ended\n", name, ddblock.CodeOf(lost))
 		}
 	}
-	if lost != nil {
+	if lost != nil || notRenewed {
 		// Whatever the command left behind in its group must not go on
 		// working without the lock.
 		signalGroup(pgid, syscall.SIGKILL)
 		r.release(lock, true)
-		return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", name, ddblock.CodeOf(lost), status)
+		if lost != nil {
+			return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", name, ddblock.CodeOf(lost), status)
+		}
+		return fail(exitLockLost, "lock %s was not renewed within the safe period while the command ran (ddblock was stopped, starved or blocked); the command was stopped and exited with status %d", name, status)
 	}
 	r.release(lock, false)
 	return exitWith(status)
+}
+
+// groupGoneTimeout bounds the wait for the command's group to die after
+// its guard did, before the lock is released.
+const groupGoneTimeout = 5 * time.Second
+
+// guardDied ends a run whose guard ended without reporting the command's
+// end (killed, or crashed). The kernel killed the command with it (Linux);
+// ddblock kills the rest of the group, and releases the lock only once
+// none of the group runs any more: otherwise it leaves the lock to
+// expire, which takes a lease after ddblock stops heartbeating it.
+func (r *runner) guardDied(lock *ddblock.Lock, g *guardProc, pgid int) error {
+	name := lockName(r.key, r.sortKey)
+	how := "ended"
+	if ps := g.cmd.ProcessState; ps != nil {
+		how = ps.String()
+	}
+	if pgid <= 0 {
+		// The guard died before it said whether the command started; the
+		// group is unknown, so the lock is left to expire.
+		return fail(exitInternal, "the guard process died (%s) before the command started; lock %s is left to expire", how, name)
+	}
+	signalGroup(pgid, syscall.SIGKILL)
+	deadline := time.Now().Add(groupGoneTimeout)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			return fail(exitInternal, "the guard process died (%s); the command's processes did not die of SIGKILL within %v; lock %s is left to expire",
+				how, groupGoneTimeout, name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.release(lock, false)
+	return fail(exitInternal, "the guard process died (%s); the command was killed and lock %s released", how, name)
 }
 
 func isLost(err error) bool {
@@ -440,9 +600,10 @@ func signalStatus(sig os.Signal) int {
 }
 
 // signalGroup sends sig to every process of the group; a group that is
-// gone already is no error.
+// gone already is no error. A pgid that is not positive is ignored:
+// kill(0) would signal ddblock's own group.
 func signalGroup(pgid int, sig os.Signal) {
-	if s, ok := sig.(syscall.Signal); ok {
+	if s, ok := sig.(syscall.Signal); ok && pgid > 0 {
 		_ = syscall.Kill(-pgid, s)
 	}
 }

@@ -100,7 +100,7 @@ func TestRunTakesOverFromKilledHolder(t *testing.T) {
 	marks := filepath.Join(t.TempDir(), "marks")
 	a := f.start("run", append(slices.Clone(timingFlags), "--owner", "owner-A", "job", "--",
 		"sh", "-c", markScript("start")+"; exec sleep 60", "sh", "A", marks)...)
-	eventually(t, "A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
+	a.eventuallyWhileRunning("A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
 	childPid := readMarkers(t, marks)[0].pid
 	if childPid <= 0 {
 		t.Fatalf("no pid in the marker: %q", readFile(t, marks))
@@ -113,7 +113,7 @@ func TestRunTakesOverFromKilledHolder(t *testing.T) {
 
 	b := f.start("run", append(slices.Clone(timingFlags), "--owner", "owner-B", "--wait", "30s", "job", "--",
 		"sh", "-c", markScript("start"), "sh", "B", marks)...)
-	eventually(t, "B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
+	b.eventuallyWhileRunning("B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
 	killed := time.Now()
 	a.signal(syscall.SIGKILL)
 	if r := a.wait(); r.code != -1 {
@@ -156,6 +156,7 @@ func TestRunExitStatus(t *testing.T) {
 		{"high status", []string{"sh", "-c", "exit 125"}, 125, ""},
 		{"killed by a signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM), ""},
 		{"not found", []string{"ddblock-no-such-command"}, 127, "command not found: ddblock-no-such-command"},
+		{"no such path", []string{"/nonexistent/ddblock-cmd"}, 127, "command not found: /nonexistent/ddblock-cmd"},
 		{"not executable", []string{notExec}, 126, "cannot run"},
 	}
 	for _, tt := range tests {
@@ -220,7 +221,7 @@ func TestRunLockLost(t *testing.T) {
 		f := newFixture(t)
 		marks := filepath.Join(t.TempDir(), "marks")
 		p := f.start("run", append(slices.Clone(timingFlags), "--owner", "runner", "job", "--", "sh", "-c", trapScript, "sh", marks)...)
-		eventually(t, "the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
+		p.eventuallyWhileRunning("the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
 
 		rel := f.run("release", "job", "--force")
 		if rel.code != 0 || !strings.Contains(rel.stdout, "held by runner") {
@@ -243,7 +244,7 @@ func TestRunLockLost(t *testing.T) {
 		marks := filepath.Join(t.TempDir(), "marks")
 		script := `trap '' TERM; echo started >> "$1"; while :; do sleep 0.05; done`
 		p := f.start("run", append(slices.Clone(timingFlags), "--grace", "200ms", "job", "--", "sh", "-c", script, "sh", marks)...)
-		eventually(t, "the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
+		p.eventuallyWhileRunning("the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
 
 		// Someone else's item replaces ours, as a buggy client might do.
 		_, err := sdk.PutItem(context.Background(), &dynamodb.PutItemInput{
@@ -280,7 +281,7 @@ func TestRunLockLost(t *testing.T) {
 		f.endpoint = proxy.endpoint()
 		marks := filepath.Join(t.TempDir(), "marks")
 		p := f.start("run", append(slices.Clone(timingFlags), "job", "--", "sh", "-c", trapScript, "sh", marks)...)
-		eventually(t, "the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
+		p.eventuallyWhileRunning("the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
 
 		proxy.sever()
 		r := p.wait()
@@ -304,7 +305,7 @@ func TestRunSignals(t *testing.T) {
 		marks := filepath.Join(t.TempDir(), "marks")
 		script := `trap 'echo HUP >> "$1"; exit 7' HUP; echo started >> "$1"; while :; do sleep 0.05; done`
 		p := f.start("run", append(slices.Clone(timingFlags), "job", "--", "sh", "-c", script, "sh", marks)...)
-		eventually(t, "the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
+		p.eventuallyWhileRunning("the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
 		p.signal(syscall.SIGHUP)
 		if r := p.wait(); r.code != 7 {
 			t.Fatalf("want the command's exit 7: %v", r)
@@ -322,7 +323,7 @@ func TestRunSignals(t *testing.T) {
 		f.acquire("someone-else", "job")
 		ran := filepath.Join(t.TempDir(), "ran")
 		p := f.start("run", append(slices.Clone(timingFlags), "--wait", "30s", "job", "--", "touch", ran)...)
-		eventually(t, "ddblock to wait", func() bool { return strings.Contains(p.stderr.String(), "waiting up to 30s") })
+		p.eventuallyWhileRunning("ddblock to wait", func() bool { return strings.Contains(p.stderr.String(), "waiting up to 30s") })
 		p.signal(syscall.SIGTERM)
 		r := p.wait()
 		if r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "interrupted by terminated while waiting") {
@@ -411,7 +412,7 @@ func TestRunFastTakeover(t *testing.T) {
 	marks := filepath.Join(t.TempDir(), "marks")
 	a := f.start("run", append(append(slices.Clone(timingFlags), skew...), "--owner", "crashed", "job", "--",
 		"sh", "-c", markScript("start")+"; exec sleep 60", "sh", "A", marks)...)
-	eventually(t, "A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
+	a.eventuallyWhileRunning("A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
 	childPid := readMarkers(t, marks)[0].pid
 	t.Cleanup(func() {
 		if !processGone(childPid) {
@@ -451,7 +452,7 @@ func TestEnsureTable(t *testing.T) {
 		t.Errorf("ensure-table again: %v", r)
 	}
 	r = f.run("ensure-table", "--partition-key-name", "id")
-	if r.code != exitUsage || !strings.Contains(r.stderr, `partition key is "lock_key", want "id"`) {
+	if r.code != exitConfig || !strings.Contains(r.stderr, `partition key is "lock_key", want "id"`) {
 		t.Errorf("ensure-table with other keys: %v", r)
 	}
 }

@@ -7,13 +7,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/ddblock/ddblock"
 )
 
 func TestRunTiming(t *testing.T) {
@@ -79,8 +83,10 @@ func TestParseArgs(t *testing.T) {
 		{name: "command without --", args: []string{"k", "ls", "-l", "--sort-key", "x"}, allowRest: true,
 			pos: []string{"k"}, rest: []string{"ls", "-l", "--sort-key", "x"}},
 		{name: "key after --", args: []string{"--", "-odd-key"}, pos: []string{"-odd-key"}},
-		{name: "key and command after --", args: []string{"--", "k", "cmd"}, allowRest: true,
-			pos: []string{"k"}, rest: []string{"cmd"}},
+		{name: "key and command after --, each", args: []string{"--", "-k", "--", "cmd", "--x"}, allowRest: true,
+			pos: []string{"-k"}, rest: []string{"cmd", "--x"}},
+		{name: "key forgotten before --", args: []string{"--", "sh", "-c", "true"}, allowRest: true, err: "missing KEY before --"},
+		{name: "nothing but --", args: []string{"--"}, allowRest: true, err: "missing KEY"},
 		{name: "missing key", args: []string{"--sort-key", "s"}, err: "missing KEY"},
 		{name: "missing key after --", args: []string{"--"}, err: "missing KEY"},
 		{name: "unexpected argument", args: []string{"k", "x"}, err: `unexpected argument "x"`},
@@ -139,5 +145,105 @@ func TestPlainAttributes(t *testing.T) {
 	}
 	if got := cell("tab\there"); got != `"tab\there"` {
 		t.Errorf("cell = %s", got)
+	}
+}
+
+// blockedWriter blocks every Write until released, as a pipe nobody
+// reads does.
+type blockedWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	b       bytes.Buffer
+}
+
+func (w *blockedWriter) Write(p []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *blockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// The queued writer never blocks its callers: behind a stuck stderr it
+// keeps what fits, drops and counts the rest, and says so once stderr
+// takes output again.
+func TestQueuedWriter(t *testing.T) {
+	w := &blockedWriter{release: make(chan struct{})}
+	q := newQueuedWriter(w, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			fmt.Fprintf(q, "record %02d\n", i) // 10 bytes each
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Write blocked behind a stuck writer")
+	}
+	close(w.release)
+	q.Close(10 * time.Second)
+	got := w.String()
+	// The writer goroutine took a first batch (one record, or up to a
+	// queueful if it ran late) and blocked writing it; ten more records
+	// fit in the queue behind it; the rest were dropped.
+	kept := strings.Count(got, "record ")
+	if kept < 10 || kept > 20 {
+		t.Errorf("kept %d records, want between the 10 that fit in the queue and 20:\n%s", kept, got)
+	}
+	if !strings.Contains(got, fmt.Sprintf("ddblock: dropped %d writes of its own output", 50-kept)) {
+		t.Errorf("no note of the %d dropped writes:\n%s", 50-kept, got)
+	}
+	if !strings.HasPrefix(got, "record 00\n") {
+		t.Errorf("the oldest records must come first:\n%s", got)
+	}
+	if n, err := q.Write([]byte("late\n")); n != 5 || err != nil {
+		t.Errorf("Write after Close = %d, %v", n, err)
+	}
+}
+
+func TestHolderJudgements(t *testing.T) {
+	now := time.Date(2025, 6, 1, 3, 0, 0, 0, time.UTC)
+	lease := 30 * time.Second
+	info := func(rvn, owner string, stamp time.Time) *ddblock.LockInfo {
+		return &ddblock.LockInfo{PartitionKey: "k", SortKey: "-", OwnerName: owner, RecordVersionNumber: rvn,
+			LeaseDuration: lease, HeartbeatTime: stamp}
+	}
+	tests := []struct {
+		name string
+		got  holderJSON
+		want holderJSON
+	}{
+		{"no stamp", holderByStamp(info("a", "o", time.Time{}), now),
+			holderJSON{holderUnknown, "", "no heartbeat stamp; ls --watch tells"}},
+		{"fresh stamp", holderByStamp(info("a", "o", now.Add(-1500*time.Millisecond)), now),
+			holderJSON{holderLive, evidenceStamp, "heartbeat stamped 1.5s ago, lease 30s"}},
+		{"stamp a lease old", holderByStamp(info("a", "o", now.Add(-lease)), now),
+			holderJSON{holderLive, evidenceStamp, "heartbeat stamped 30s ago, lease 30s"}},
+		{"stale stamp", holderByStamp(info("a", "o", now.Add(-lease-time.Second)), now),
+			holderJSON{holderPresumedDead, evidenceStamp, "heartbeat stamped 31s ago, more than its lease of 30s"}},
+		{"stamp from a clock ahead", holderByStamp(info("a", "o", now.Add(40*time.Millisecond)), now),
+			holderJSON{holderLive, evidenceStamp, "heartbeat stamped 40ms ahead of this host's clock"}},
+		{"new during the watch", holderByWatch(nil, info("a", "o", time.Time{}), 5*time.Second),
+			holderJSON{holderLive, evidenceWatch, "acquired during the 5s watch"}},
+		{"other owner", holderByWatch(info("a", "o", time.Time{}), info("b", "p", time.Time{}), 5*time.Second),
+			holderJSON{holderLive, evidenceWatch, "changed hands during the 5s watch"}},
+		{"heartbeated", holderByWatch(info("a", "o", time.Time{}), info("b", "o", time.Time{}), 5*time.Second),
+			holderJSON{holderLive, evidenceWatch, "heartbeated during the 5s watch"}},
+		{"silent", holderByWatch(info("a", "o", time.Time{}), info("a", "o", time.Time{}), 5*time.Second),
+			holderJSON{holderPresumedDead, evidenceWatch, "no heartbeat in 5s"}},
+		{"silent a whole lease", holderByWatch(info("a", "o", time.Time{}), info("a", "o", time.Time{}), lease),
+			holderJSON{holderPresumedDead, evidenceWatch, "no heartbeat in 30s, its whole lease: a waiter may take it over"}},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %+v, want %+v", tt.name, tt.got, tt.want)
+		}
 	}
 }

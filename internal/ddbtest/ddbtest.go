@@ -1,6 +1,12 @@
 // Package ddbtest gives ddblock's tests a DynamoDB-compatible server: one
-// dynalite (see package dynalite) per test binary, started by Main and
-// shared by its tests, each on a table of its own.
+// per test binary (see package testserver: dynalite or DynamoDB Local, as
+// DDBLOCK_TEST_SERVER picks, or the server DDBLOCK_TEST_ENDPOINT names),
+// started by Main and shared by its tests, each on a table of its own.
+//
+// Where the servers legitimately differ (the old item returned on a
+// failed conditional write, TTL), a test asks the server what it does
+// ([Server.ReturnsOldItem], [Server.HasTTL]) and asserts the exact
+// behaviour for that case.
 package ddbtest
 
 import (
@@ -16,22 +22,53 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/dynalite"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 // EndpointEnv names the variable that points the tests at a server of
-// the user's choosing.
-const EndpointEnv = dynalite.EndpointEnv
+// the user's choosing; it wins over ServerEnv.
+const EndpointEnv = testserver.EndpointEnv
+
+// ServerEnv names the variable that picks the server the tests start:
+// dynalite (the default) or dynamodb-local.
+const ServerEnv = testserver.ServerEnv
 
 // Server is a running DynamoDB-compatible server.
-type Server = dynalite.Server
+type Server = testserver.Server
 
-// Start starts a server; see dynalite.Start.
-func Start() (*Server, error) { return dynalite.Start() }
+// Start starts the server the environment asks for (see package
+// testserver) and probes what it does; the error says why when it cannot.
+// The first server started is also the one Shared returns.
+func Start() (*Server, error) {
+	s, err := testserver.StartFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := s.Probe(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if shared == nil {
+		shared = s
+	}
+	return s, nil
+}
 
-// NewClient returns an SDK client for endpoint; see dynalite.NewClient.
+// Describe is one line that says which server the tests run against and
+// what it does, for a test binary's log.
+func Describe(s *Server) string {
+	yes := map[bool]string{true: "yes", false: "no"}
+	return fmt.Sprintf("ddbtest: testing against %s (returns the old item on a failed condition: %s; TTL: %s)",
+		s, yes[s.ReturnsOldItem()], yes[s.HasTTL()])
+}
+
+// NewClient returns an SDK client for endpoint; see testserver.NewClient.
+// Prefer Server.Client, or Server.ClientFor for a proxy in front of the
+// server: they sign as the server expects.
 func NewClient(endpoint string, external bool, retryMaxAttempts int) *dynamodb.Client {
-	return dynalite.NewClient(endpoint, external, retryMaxAttempts)
+	return testserver.NewClient(endpoint, external, retryMaxAttempts)
 }
 
 var (
@@ -45,10 +82,10 @@ var (
 func Main(m *testing.M) {
 	s, err := Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the local DynamoDB-compatible server could not start: %v\n", err)
+		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB-compatible server for the tests could not start: %v\n", err)
 		os.Exit(1)
 	}
-	shared = s
+	fmt.Fprintln(os.Stderr, Describe(s))
 	code := m.Run()
 	s.Stop()
 	os.Exit(code)
@@ -79,8 +116,8 @@ func TableName(t testing.TB) string {
 
 // CreateTable creates a lock table for a test, on demand, with ddblock's
 // default attribute names changed by opts, and fails the test if it
-// cannot. A server without UpdateTimeToLive (dynalite) is fine: the table
-// is created and usable all the same.
+// cannot. It also checks the TTL outcome exactly:
+// TTL enabled where the server has TTL, TTL_UNSUPPORTED where it has not.
 func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddblock.TableOption) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -94,7 +131,15 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 		}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond),
 	}, opts...)
-	if err := ddblock.CreateTable(ctx, ddb, all...); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
-		t.Fatalf("CreateTable(%s): %v", name, err)
+	err := ddblock.CreateTable(ctx, ddb, all...)
+	switch {
+	case shared == nil:
+		t.Fatal("ddbtest: no server; start one with ddbtest.Main or ddbtest.Start")
+	case shared.HasTTL():
+		if err != nil {
+			t.Fatalf("CreateTable(%s) on %s, which has TTL: %v", name, shared.Name(), err)
+		}
+	case !errors.Is(err, ddblock.ErrTTLUnsupported):
+		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, shared.Name(), err)
 	}
 }

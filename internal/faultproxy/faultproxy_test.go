@@ -53,7 +53,7 @@ func newRig(t *testing.T, opts ...faultproxy.Option) *rig {
 // client returns an SDK client through the proxy that makes at most
 // attempts attempts per call.
 func (r *rig) client(attempts int) *dynamodb.Client {
-	return ddbtest.NewClient(r.proxy.URL(), false, attempts)
+	return ddbtest.SharedServer().ClientFor(r.proxy.URL(), attempts)
 }
 
 func key(k string) map[string]types.AttributeValue {
@@ -405,7 +405,7 @@ func TestCloseReleasesHeldRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := p.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole})
-	c := ddbtest.NewClient(p.URL(), false, 1)
+	c := srv.ClientFor(p.URL(), 1)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {

@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/ddbtest"
 	"github.com/ddblock/ddblock/internal/mutexcheck"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 // Result is what a worker prints on a clean stop.
@@ -100,7 +100,7 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 	}()
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ddb := ddbtest.NewClient(endpoint, false, attempts)
+	ddb := testserver.ChildClient(endpoint, attempts)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex

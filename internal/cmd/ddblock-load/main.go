@@ -4,7 +4,7 @@
 // the other. It is a measuring tool, not a test: it asserts nothing, and
 // prints what it saw.
 //
-// By default it starts dynalite itself (internal/dynalite.Start, which the
+// By default it starts dynalite itself (internal/testserver.Start, which the
 // tests' ddbtest.Start wraps), on a free loopback port, and stops it at
 // the end; --endpoint points it at a server that is already running
 // (DynamoDB Local, say).
@@ -57,7 +57,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddblock/ddblock"
-	"github.com/ddblock/ddblock/internal/dynalite"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 // config is the command line.
@@ -198,11 +198,11 @@ func run(args []string, stdout io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
-	var srv *dynalite.Server
+	var srv *testserver.Server
 	endpoint := cfg.endpoint
 	if endpoint == "" {
 		fmt.Fprintln(out, "starting dynalite on a loopback port...")
-		srv, err = dynalite.Start()
+		srv, err = testserver.Start(testserver.Dynalite)
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func run(args []string, stdout io.Writer) error {
 	}
 	// No SDK retries beyond its default: a heartbeat that needs a retry is
 	// part of what is measured.
-	ddb := dynalite.NewClient(endpoint, cfg.endpoint != "" && !isLoopback(endpoint), 0)
+	ddb := testserver.NewClient(endpoint, cfg.endpoint != "" && !isLoopback(endpoint), 0)
 
 	printMachine(out, endpoint, srv != nil)
 

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ddblock/ddblock"
+)
+
+// A lock item says who wrote it last, not whether that holder is alive.
+// ls and get tell a live holder from a presumably dead one in one of two
+// ways, and say which:
+//
+//   - by the heartbeat stamp (ddblock_heartbeat_ms), which holders with
+//     fast takeover (--max-clock-skew, Options.MaxClockSkew) write at
+//     every heartbeat: a stamp younger than the lease means a live
+//     holder. It compares the holder's wall clock with this host's.
+//   - by watching (ls --watch D): the table is read twice, D apart; a
+//     live holder changes the record version number at every heartbeat.
+//     This needs no clock, and works for every holder, Python's too, as
+//     long as D is longer than the holders' heartbeat period.
+
+// The holder states.
+const (
+	holderLive         = "live"
+	holderPresumedDead = "presumed-dead"
+	holderUnknown      = "unknown"
+)
+
+// What a holder state rests on.
+const (
+	evidenceStamp = "heartbeat-stamp"
+	evidenceWatch = "watch"
+)
+
+// holderJSON is what ls and get say about a lock's holder.
+type holderJSON struct {
+	// State is "live", "presumed-dead" or "unknown".
+	State string `json:"state"`
+	// Evidence is "heartbeat-stamp" or "watch"; absent when unknown.
+	Evidence string `json:"evidence,omitempty"`
+	// Detail says it for people.
+	Detail string `json:"detail"`
+}
+
+// text is the holder state as one table cell.
+func (h holderJSON) text() string {
+	state := h.State
+	if state == holderPresumedDead {
+		state = "presumed dead"
+	}
+	return state + " (" + h.Detail + ")"
+}
+
+// holderByStamp judges the holder by its heartbeat stamp, as of now on
+// this host's wall clock.
+func holderByStamp(info *ddblock.LockInfo, now time.Time) holderJSON {
+	if info.HeartbeatTime.IsZero() {
+		return holderJSON{State: holderUnknown, Detail: "no heartbeat stamp; ls --watch tells"}
+	}
+	age := now.Sub(info.HeartbeatTime)
+	switch {
+	case age < 0:
+		// The holder's clock is ahead of ours: it stamped just now.
+		return holderJSON{State: holderLive, Evidence: evidenceStamp,
+			Detail: fmt.Sprintf("heartbeat stamped %v ahead of this host's clock", roundAge(-age))}
+	case age <= info.LeaseDuration:
+		return holderJSON{State: holderLive, Evidence: evidenceStamp,
+			Detail: fmt.Sprintf("heartbeat stamped %v ago, lease %v", roundAge(age), info.LeaseDuration)}
+	default:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceStamp,
+			Detail: fmt.Sprintf("heartbeat stamped %v ago, more than its lease of %v", roundAge(age), info.LeaseDuration)}
+	}
+}
+
+// holderByWatch judges the holder of now by what the table held watch
+// earlier (before; nil when the lock was not there).
+func holderByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSON {
+	switch {
+	case before == nil:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("acquired during the %v watch", watch)}
+	case before.OwnerName != now.OwnerName:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("changed hands during the %v watch", watch)}
+	case before.RecordVersionNumber != now.RecordVersionNumber:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("heartbeated during the %v watch", watch)}
+	case watch >= now.LeaseDuration:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no heartbeat in %v, its whole lease: a waiter may take it over", watch)}
+	default:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no heartbeat in %v", watch)}
+	}
+}
+
+// roundAge keeps an age readable.
+func roundAge(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	default:
+		return d.Round(10 * time.Millisecond)
+	}
+}
