@@ -97,6 +97,7 @@ func (simMetrics) LockInDanger()                                         {}
 func (simMetrics) LockRecovered()                                        {}
 func (simMetrics) LockStolen()                                           {}
 func (simMetrics) CallThrottled(string)                                  {}
+func (simMetrics) CallbackLate(time.Duration)                            {}
 func (m simMetrics) HeartbeatRoundLate(overrun time.Duration, _ int) {
 	m.s.mu.Lock()
 	m.s.late = append(m.s.late, overrun)
