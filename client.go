@@ -41,6 +41,11 @@ type Client struct {
 	// ctx lives as long as the client; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// sendCtx bounds the heartbeat calls. Close's cancel does not end
+	// them (Close waits for them, so that each lock's version number is
+	// known when it returns); abandonSends does, when Close gives up.
+	sendCtx      context.Context
+	abandonSends context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -163,6 +168,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		locks: make(map[string]*Lock),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.sendCtx, c.abandonSends = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
 	c.callbacks = newCallbackPool(c, o.CallbackWorkers)
 	c.heartbeats = newHeartbeater(c)
@@ -269,7 +275,7 @@ func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 // Close has returned, and Close returns an error of CodeCanceled that
 // says how many callbacks were still running (they belong to the
 // application: Close cannot stop them) and wraps ctx's error. Heartbeat
-// calls still in flight then end within HeartbeatTimeout. A later Close
+// calls still in flight are cancelled then, and end at once. A later Close
 // waits again, and returns nil once everything has finished.
 func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	if err := checkContext(ctx); err != nil {
@@ -301,6 +307,7 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	}
 	select {
 	case <-c.loops.done:
+		c.abandonSends() // nothing left in flight: frees the context
 	case <-ctx.Done():
 		return c.closeGaveUp(ctx, true)
 	}
@@ -318,7 +325,11 @@ func (c *Client) closeGaveUp(ctx context.Context, heartbeatsLeft bool) error {
 	running, dropped := c.callbacks.abandon()
 	msg := fmt.Sprintf("Close stopped waiting: %d callbacks still running, %d queued callback events dropped", running, dropped)
 	if heartbeatsLeft {
-		msg += fmt.Sprintf("; heartbeat calls in flight end within %v", c.opts.HeartbeatTimeout)
+		// Nothing of the library's may outlive Close by more than a
+		// moment: the calls in flight are cancelled, and their outcome
+		// is unknown (the lock may have been heartbeated once more).
+		c.abandonSends()
+		msg += "; heartbeat calls in flight cancelled"
 	}
 	return &Error{Code: CodeCanceled, Message: msg, Err: context.Cause(ctx)}
 }

@@ -447,10 +447,11 @@ func (l *Lock) prepareHeartbeat(ctx context.Context) func() time.Duration {
 // unknown lists version numbers written by earlier heartbeats whose
 // outcome is unknown (a timeout, a dropped connection): any of them may
 // be in the table.
-func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string, unknown []string) {
-	// The send outlives Close's cancel: Close waits for it instead, so
-	// that the lock's version number is known when Close returns.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
+func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []string) {
+	// The send outlives Close's cancel (ctx): Close waits for it instead,
+	// so that the lock's version number is known when Close returns. Only
+	// a Close that gives up cancels it, through sendCtx.
+	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	hb, err := c.sendHeartbeat(ctx, l, oldRVN)
 	stolen := false
