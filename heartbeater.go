@@ -24,7 +24,10 @@ import (
 // up, the lock whose write is oldest still goes first, so every lock,
 // freshly acquired or not, shares the delay evenly.
 //
-// A lock may also go early, from half a period after its last write, and
+// A lock may also go early, from three fifths of a period after its last
+// write (a margin above the half period promised below, so that the
+// promise holds on replies as well as sends while no reply is delayed
+// by more than a tenth of a period), and
 // the scheduler uses that room to pace its sends: one every period/n for
 // n locks (adaptive, the default), never more than HeartbeatTPS a second
 // with an explicit rate. Locks acquired in a burst fall due in a burst
@@ -160,7 +163,7 @@ func (h *heartbeater) queueOf(e *schedEntry) *schedQueue {
 // setTimesLocked times e's next heartbeat from base, its last successful
 // write or its last attempt.
 func (h *heartbeater) setTimesLocked(e *schedEntry, base time.Duration) {
-	e.earliest, e.due = base+h.period/2, base+h.period
+	e.earliest, e.due = base+h.period*3/5, base+h.period
 }
 
 // finished puts e back in line after a heartbeat: base is when its last
