@@ -111,8 +111,12 @@ func (p *callbackPool) abandon() (running, dropped int) {
 	return running, dropped
 }
 
-// runningNow returns the number of callbacks being run.
+// runningNow returns the number of callbacks being run (none without a
+// pool: a client assembled by a test of the scheduler alone has none).
 func (p *callbackPool) runningNow() int {
+	if p == nil {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.running

@@ -41,11 +41,15 @@ type Client struct {
 	// ctx lives as long as the client; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// sendCtx bounds the heartbeat calls. Close's cancel does not end
+	// them (Close waits for them, so that each lock's version number is
+	// known when it returns); abandonSends does, when Close gives up.
+	sendCtx      context.Context
+	abandonSends context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	locks   map[string]*Lock
-	nextSeq uint64
+	mu     sync.Mutex
+	closed bool
+	locks  map[string]*Lock
 
 	observations *observations
 
@@ -77,14 +81,19 @@ type clientStats struct {
 type Stats struct {
 	// HeldLocks is the number of locks the client holds now.
 	HeldLocks int
-	// Rounds counts heartbeat rounds started; LateRounds those that could
-	// not send every lock's heartbeat within the heartbeat period.
+	// Rounds counts the heartbeat scheduler's rounds: stretches of one
+	// heartbeat period in which it sent heartbeats (about one a period
+	// while locks are held). LateRounds counts those in which a
+	// heartbeat went out more than a tenth of a period after it was due
+	// (a period after the lock's last write): the server or the
+	// senders cannot keep up.
 	Rounds, LateRounds uint64
 	// HeartbeatsSent and HeartbeatsFailed count heartbeat calls that
 	// succeeded and that failed (stolen locks included).
 	HeartbeatsSent, HeartbeatsFailed uint64
-	// HeartbeatsSkipped counts locks passed over in a round because their
-	// previous heartbeat was still in flight.
+	// HeartbeatsSkipped counts heartbeats that fell due while the lock's
+	// previous heartbeat was still in flight (a call slower than a
+	// period); each lock's next one goes when that call ends.
 	HeartbeatsSkipped uint64
 	// HeartbeatsInFlight is the number of heartbeats dispatched and not
 	// yet finished: calls under way, and any waiting for a free sender.
@@ -159,6 +168,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		locks: make(map[string]*Lock),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.sendCtx, c.abandonSends = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
 	c.callbacks = newCallbackPool(c, o.CallbackWorkers)
 	c.heartbeats = newHeartbeater(c)
@@ -211,10 +221,8 @@ func (c *Client) register(l *Lock) bool {
 	if c.closed {
 		return false
 	}
-	c.nextSeq++
-	l.seq = c.nextSeq
 	c.locks[l.id] = l
-	c.heartbeats.poke()
+	c.heartbeats.add(&l.sched, l, l.lastHeartbeat)
 	return true
 }
 
@@ -226,6 +234,7 @@ func (c *Client) unregister(l *Lock) bool {
 		return false
 	}
 	delete(c.locks, l.id)
+	c.heartbeats.remove(&l.sched)
 	return true
 }
 
@@ -266,7 +275,7 @@ func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 // Close has returned, and Close returns an error of CodeCanceled that
 // says how many callbacks were still running (they belong to the
 // application: Close cannot stop them) and wraps ctx's error. Heartbeat
-// calls still in flight then end within HeartbeatTimeout. A later Close
+// calls still in flight are cancelled then, and end at once. A later Close
 // waits again, and returns nil once everything has finished.
 func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	if err := checkContext(ctx); err != nil {
@@ -298,6 +307,7 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	}
 	select {
 	case <-c.loops.done:
+		c.abandonSends() // nothing left in flight: frees the context
 	case <-ctx.Done():
 		return c.closeGaveUp(ctx, true)
 	}
@@ -315,7 +325,11 @@ func (c *Client) closeGaveUp(ctx context.Context, heartbeatsLeft bool) error {
 	running, dropped := c.callbacks.abandon()
 	msg := fmt.Sprintf("Close stopped waiting: %d callbacks still running, %d queued callback events dropped", running, dropped)
 	if heartbeatsLeft {
-		msg += fmt.Sprintf("; heartbeat calls in flight end within %v", c.opts.HeartbeatTimeout)
+		// Nothing of the library's may outlive Close by more than a
+		// moment: the calls in flight are cancelled, and their outcome
+		// is unknown (the lock may have been heartbeated once more).
+		c.abandonSends()
+		msg += "; heartbeat calls in flight cancelled"
 	}
 	return &Error{Code: CodeCanceled, Message: msg, Err: context.Cause(ctx)}
 }

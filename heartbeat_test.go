@@ -16,7 +16,8 @@ import (
 	"github.com/ddblock/ddblock/internal/clock"
 )
 
-// sendLog records, on the fake clock, when each heartbeat was sent.
+// sendLog records, on the fake clock, when each lock's writes were sent:
+// the acquire's PutItem and each heartbeat's UpdateItem that succeeded.
 type sendLog struct {
 	ddblock.DynamoDBAPI
 	clk   *clock.Fake
@@ -25,21 +26,78 @@ type sendLog struct {
 }
 
 type send struct {
-	key string
-	at  time.Duration
+	key     string
+	at      time.Duration
+	acquire bool // the acquire's PutItem, not a heartbeat
+}
+
+func (s *sendLog) note(key string, at time.Duration, acquire bool) {
+	s.mu.Lock()
+	s.sends = append(s.sends, send{key, at, acquire})
+	s.mu.Unlock()
 }
 
 func (s *sendLog) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	s.mu.Lock()
-	s.sends = append(s.sends, send{in.Key["lock_key"].(*types.AttributeValueMemberS).Value, s.clk.Monotonic()})
-	s.mu.Unlock()
-	return s.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	at := s.clk.Monotonic()
+	out, err := s.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	if err == nil {
+		s.note(in.Key["lock_key"].(*types.AttributeValueMemberS).Value, at, false)
+	}
+	return out, err
 }
 
-func (s *sendLog) log() []send {
+func (s *sendLog) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	at := s.clk.Monotonic()
+	out, err := s.DynamoDBAPI.PutItem(ctx, in, o...)
+	if err == nil {
+		s.note(in.Item["lock_key"].(*types.AttributeValueMemberS).Value, at, true)
+	}
+	return out, err
+}
+
+// heartbeats returns the heartbeats sent from `from` on, times relative
+// to from.
+func (s *sendLog) heartbeats(from time.Duration) []send {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.sends)
+	var out []send
+	for _, sd := range s.sends {
+		if !sd.acquire && sd.at >= from {
+			out = append(out, send{key: sd.key, at: sd.at - from})
+		}
+	}
+	return out
+}
+
+// checkGaps checks issue 14's items 1 and 2 on every write of every lock
+// key: each heartbeat comes at most a period, and at least half a period,
+// after the key's previous write (its acquire or its last heartbeat), and
+// a key still held at `now` was written within the last period. A key
+// released is written again only by its next acquire.
+func (s *sendLog) checkGaps(t *testing.T, period, now time.Duration, held ...string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := map[string]time.Duration{}
+	for _, sd := range s.sends {
+		prev, seen := last[sd.key]
+		last[sd.key] = sd.at
+		if sd.acquire {
+			continue
+		}
+		if !seen {
+			t.Errorf("%s heartbeated at %v before any acquire", sd.key, sd.at)
+			continue
+		}
+		if gap := sd.at - prev; gap > period || gap < period/2 {
+			t.Errorf("%s heartbeated at %v, %v after its previous write; want within [%v, %v]", sd.key, sd.at, gap, period/2, period)
+		}
+	}
+	for _, k := range held {
+		if now-last[k] > period {
+			t.Errorf("%s last written at %v, nothing since (now %v)", k, last[k], now)
+		}
+	}
 }
 
 // drive moves the fake clock from timer to timer until it reaches until,
@@ -52,7 +110,9 @@ func drive(t *testing.T, clk *clock.Fake, c *ddblock.Client, until time.Duration
 		waitFor(t, "the client to settle", quiet)
 		d, ok := clk.NextDeadline()
 		if !ok || clk.Monotonic()+d > until {
-			clk.Advance(until - clk.Monotonic())
+			if now := clk.Monotonic(); until > now {
+				clk.Advance(until - now)
+			}
 			waitFor(t, "the client to settle", quiet)
 			return
 		}
@@ -73,105 +133,116 @@ func acquireN(t *testing.T, c *ddblock.Client, keys ...string) []*ddblock.Lock {
 	return locks
 }
 
-// In adaptive mode each of N locks gets one heartbeat a period, period/N
-// apart.
-func TestAdaptiveSpacing(t *testing.T) {
+// scheduleClient returns a client on the fake clock whose writes are
+// logged, with a 1 s heartbeat.
+func scheduleClient(t *testing.T, opts ...ddblock.Option) (*ddblock.Client, *clock.Fake, *sendLog) {
+	t.Helper()
 	e := newEnv(t)
 	clk := fakeClock()
 	rec := &sendLog{DynamoDBAPI: e.ddb, clk: clk}
-	c := e.clientOn(rec, ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second),
-		ddblock.WithSafePeriod(4*time.Second), ddblock.WithLeaseDuration(6*time.Second))
+	c := e.clientOn(rec, append([]ddblock.Option{ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second),
+		ddblock.WithSafePeriod(4 * time.Second), ddblock.WithLeaseDuration(6 * time.Second)}, opts...)...)
+	return c, clk, rec
+}
+
+// In adaptive mode N locks acquired together are first heartbeated a
+// period after their acquire, then spread: from the third period on,
+// a send every period/N and each lock once a period.
+func TestAdaptiveSpacing(t *testing.T) {
+	c, clk, rec := scheduleClient(t)
 	start := clk.Monotonic()
 	acquireN(t, c, "a", "b", "c", "d")
-	drive(t, clk, c, start+4*time.Second)
+	drive(t, clk, c, start+5*time.Second)
+	rec.checkGaps(t, time.Second, clk.Monotonic(), "a", "b", "c", "d")
 
-	// The first round may have started with fewer locks; from the second
-	// on (after start+1s) the schedule is exact: every 250 ms a send, and
-	// each lock once in every second.
-	var got []send
-	for _, s := range rec.log() {
-		if s.at > start+time.Second {
-			got = append(got, send{s.key, s.at - start})
-		}
-	}
+	got := rec.heartbeats(start + 2250*time.Millisecond)
 	if len(got) != 12 {
-		t.Fatalf("%d heartbeats in three rounds of four locks: %v", len(got), got)
+		t.Fatalf("%d heartbeats in three periods of four locks: %v", len(got), got)
 	}
 	for i, s := range got {
-		if want := time.Second + time.Duration(i+1)*250*time.Millisecond; s.at != want {
-			t.Errorf("send %d (%s) at %v; want %v", i, s.key, s.at, want)
+		if want := time.Duration(i) * 250 * time.Millisecond; s.at != want {
+			t.Errorf("send %d (%s) at 2.25 s + %v; want + %v", i, s.key, s.at, want)
+		}
+		if i >= 4 && s.key != got[i-4].key {
+			t.Errorf("send %d is %s; want each lock in turn (%v)", i, s.key, got)
 		}
 	}
-	for round := range 3 {
-		keys := map[string]bool{}
-		for _, s := range got[4*round : 4*round+4] {
-			keys[s.key] = true
-		}
-		if len(keys) != 4 {
-			t.Errorf("round %d heartbeated %v; want each lock once", round+2, got[4*round:4*round+4])
-		}
-	}
-	if s := c.Stats(); s.LateRounds != 0 || s.HeartbeatsFailed != 0 {
+	if s := c.Stats(); s.LateRounds != 0 || s.HeartbeatsFailed != 0 || s.HeartbeatsSkipped != 0 {
 		t.Errorf("stats: %+v", s)
 	}
 }
 
-// A lock acquired while a round is under way is heartbeated early in the
-// next round, not after every older lock: the lock whose last successful
-// write is oldest goes first.
-func TestNewLockHeartbeatedFirstInNextRound(t *testing.T) {
-	e := newEnv(t)
-	clk := fakeClock()
-	rec := &sendLog{DynamoDBAPI: e.ddb, clk: clk}
-	c := e.clientOn(rec, ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second),
-		ddblock.WithSafePeriod(4*time.Second), ddblock.WithLeaseDuration(6*time.Second))
+// Issue 14, item 1: a lock acquired in the middle of a round is first
+// heartbeated at most one period after its acquire's write, and no
+// sooner than half a period after it, while the other locks keep their
+// schedule.
+func TestFirstHeartbeatWithinAPeriodOfAcquire(t *testing.T) {
+	c, clk, rec := scheduleClient(t)
 	start := clk.Monotonic()
-	acquireN(t, c, "a", "b", "c")
-	drive(t, clk, c, start+1500*time.Millisecond) // mid-round
+	acquireN(t, c, "a", "b", "c", "d", "e")
+	drive(t, clk, c, start+2630*time.Millisecond) // mid-round
 	acquireN(t, c, "late")
-	drive(t, clk, c, start+3*time.Second)
-	// Acquired at 1.5 s, it goes ahead of the locks heartbeated after
-	// that in the round it missed: no later than 2.75 s (taken in
-	// acquisition order, it would wait until the end of the round, 3 s).
-	first := time.Duration(-1)
-	for _, s := range rec.log() {
+	drive(t, clk, c, start+6*time.Second)
+	rec.checkGaps(t, time.Second, clk.Monotonic(), "a", "b", "c", "d", "e", "late")
+	var first time.Duration
+	for _, s := range rec.heartbeats(start) {
 		if s.key == "late" {
-			first = s.at - start
+			first = s.at
 			break
 		}
 	}
-	if first < 0 || first > 2750*time.Millisecond {
-		t.Errorf("the lock acquired at 1.5 s was first heartbeated at %v; want by 2.75 s (log %v)", first, rec.log())
+	if want := 2630 * time.Millisecond; first < want+500*time.Millisecond || first > want+time.Second {
+		t.Errorf("the lock acquired at %v was first heartbeated at %v", want, first)
 	}
 }
 
-// With an explicit TPS, sends are 1/TPS apart, and a round still starts
-// once a period.
-func TestExplicitTPSPacing(t *testing.T) {
-	e := newEnv(t)
-	clk := fakeClock()
-	rec := &sendLog{DynamoDBAPI: e.ddb, clk: clk}
-	c := e.clientOn(rec, ddblock.WithClock(clk), ddblock.WithHeartbeatTPS(4), ddblock.WithHeartbeatPeriod(5*time.Second))
+// A lock released and acquired again within one round is heartbeated on
+// the new acquire's schedule: nothing between the release and the new
+// acquire, and the first heartbeat between half a period and a period
+// after it.
+func TestReleaseAndReacquireWithinRound(t *testing.T) {
+	c, clk, rec := scheduleClient(t)
 	start := clk.Monotonic()
-	acquireN(t, c, "a", "b", "c")
-	drive(t, clk, c, start+15*time.Second)
-	var got []send
-	for _, s := range rec.log() {
-		if s.at >= start+5*time.Second {
-			got = append(got, send{s.key, s.at - start})
+	locks := acquireN(t, c, "a", "b", "c", "d")
+	drive(t, clk, c, start+2400*time.Millisecond)
+	if err := locks[1].Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, clk, c, start+2550*time.Millisecond)
+	acquireN(t, c, "b")
+	drive(t, clk, c, start+6*time.Second)
+	// checkGaps measures b's first heartbeat after the new acquire from
+	// that acquire's write, and finds any heartbeat of the released lock
+	// between the release and the new acquire too soon after its write.
+	rec.checkGaps(t, time.Second, clk.Monotonic(), "a", "b", "c", "d")
+	for _, s := range rec.heartbeats(start + 2400*time.Millisecond) {
+		if s.key == "b" && s.at < 150*time.Millisecond+500*time.Millisecond {
+			t.Errorf("b heartbeated at 2.4 s + %v, within half a period of its new acquire at 2.55 s", s.at)
 		}
 	}
-	want := []send{
-		{"a", 5 * time.Second}, {"b", 5250 * time.Millisecond}, {"c", 5500 * time.Millisecond},
-		{"a", 10 * time.Second}, {"b", 10250 * time.Millisecond}, {"c", 10500 * time.Millisecond},
-		{"a", 15 * time.Second}, {"b", 15250 * time.Millisecond}, {"c", 15500 * time.Millisecond},
+}
+
+// With an explicit TPS too low for the locks, sends go exactly 1/TPS
+// apart, every lock in turn, and the rounds are counted late.
+func TestExplicitTPSPacing(t *testing.T) {
+	c, clk, rec := scheduleClient(t, ddblock.WithHeartbeatTPS(2))
+	start := clk.Monotonic()
+	acquireN(t, c, "a", "b", "c", "d") // 4 a second wanted, 2 allowed
+	drive(t, clk, c, start+8*time.Second)
+	got := rec.heartbeats(start)
+	if len(got) < 12 {
+		t.Fatalf("only %d heartbeats in 8 s at 2 a second: %v", len(got), got)
 	}
-	want = want[:len(got)] // the last round may be cut by the end of the drive
-	if len(got) < 6 {
-		t.Fatalf("only %d heartbeats after the first round: %v", len(got), got)
+	for i := 1; i < len(got); i++ {
+		if d := got[i].at - got[i-1].at; d != 500*time.Millisecond {
+			t.Errorf("sends %d and %d are %v apart; want 500ms (%v)", i-1, i, d, got)
+		}
+		if i >= 4 && got[i].key != got[i-4].key {
+			t.Errorf("send %d is %s; want each lock in turn (%v)", i, got[i].key, got)
+		}
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(send{})); diff != "" {
-		t.Errorf("heartbeat schedule (-want +got):\n%s", diff)
+	if c.Stats().LateRounds == 0 {
+		t.Error("no late round, though each lock waits two periods")
 	}
 }
 

@@ -1,9 +1,10 @@
 package ddblock
 
 import (
-	"cmp"
+	"container/heap"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,23 +14,64 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// heartbeater is the client's one heartbeat scheduler. It works in
-// rounds: each round takes the held locks, the one whose last successful
-// write is oldest first, and sends each one heartbeat, either spread
-// evenly over the heartbeat period (adaptive, the default: lock i of n goes at
-// start + period·(i+1)/n) or paced by a rate limiter (explicit TPS).
+// heartbeater is the client's one heartbeat scheduler.
 //
-// Sends run on at most HeartbeatConcurrency sender goroutines, started
-// as needed and kept until the client closes, each call bounded by
+// It keeps every held lock in a queue ordered by when its next heartbeat
+// is due: one heartbeat period after its last successful write (the
+// acquire, or the last heartbeat), or after its last attempt if that
+// failed. It sends the heartbeat of the lock due first, and never later
+// than it is due while the server keeps up. When the server cannot keep
+// up, the lock whose write is oldest still goes first, so every lock,
+// freshly acquired or not, shares the delay evenly.
+//
+// A lock may also go early, from three fifths of a period after its last
+// write (a margin above the half period promised below, so that the
+// promise holds on replies as well as sends while no reply is delayed
+// by more than a tenth of a period), and
+// the scheduler uses that room to pace its sends: one every period/n for
+// n locks (adaptive, the default), never more than HeartbeatTPS a second
+// with an explicit rate. Locks acquired in a burst fall due in a burst
+// once, and are spread over the periods that follow. Hence:
+//
+//   - a lock's first heartbeat goes at most one period after its
+//     acquire's write, whatever the number of locks;
+//   - no lock is heartbeated sooner than half a period after its last
+//     successful write (unless that write's outcome was unknown: it may
+//     have landed later than the scheduler knows);
+//   - in steady state every lock is heartbeated once a period, and the
+//     sends are evenly spaced.
+//
+// Sends run on at most HeartbeatConcurrency sender goroutines, started as
+// needed and kept until the client closes, each call bounded by
 // HeartbeatTimeout, so one slow call never holds up the other locks. A
-// lock whose previous heartbeat is still in flight is passed over for the
-// round. When the server cannot keep up, a round overruns its period: the
-// next starts at once, every lock is still refreshed in turn, and the
-// overrun is logged and counted (Stats.LateRounds).
+// lock's heartbeat is never sent while its previous one is in flight: if
+// it falls due meanwhile it is passed over (Stats.HeartbeatsSkipped), and
+// goes as soon as that call ends.
+//
+// The scheduler counts its work in rounds of one period
+// (Stats.Rounds). A round in which a heartbeat went out more than a
+// tenth of a period after it was due is late: the server, or the
+// senders, cannot keep up. It is counted (Stats.LateRounds), reported
+// (Metrics.HeartbeatRoundLate) and logged, once a round.
 type heartbeater struct {
 	c       *Client
-	wake    chan struct{}
+	period  time.Duration
 	limiter *rate.Limiter // nil in adaptive mode
+	wake    chan struct{}
+
+	mu sync.Mutex
+	// ready holds the entries waiting for their next heartbeat, busy
+	// those with a heartbeat in flight, each ordered by due time.
+	ready, busy schedQueue
+	nextSeq     uint64
+
+	// Only run's goroutine touches these.
+	lastSlot    time.Duration // when the previous send was planned to go
+	lastReserve time.Duration // when the limiter last gave a token
+	roundStart  time.Duration
+	inRound     bool
+	roundLate   time.Duration // the latest send of the round, past its due time
+
 	// The senders take jobs from an unbuffered channel, so that dispatch
 	// waits for a free one. They live as long as the scheduler: a fresh
 	// goroutine per heartbeat would grow its stack, by copying, through
@@ -39,16 +81,112 @@ type heartbeater struct {
 	nSenders int // started so far; only run's goroutine touches it
 }
 
+// heartbeatTarget is something the heartbeater keeps alive: a held lock.
+// A new kind of entry (a session item standing in for its locks, say)
+// implements it and embeds a schedEntry of its own.
+type heartbeatTarget interface {
+	// prepareHeartbeat runs on the scheduler's goroutine when the target
+	// is due. It returns the call to run on a sender, which sends the
+	// heartbeat and returns the monotonic time of the target's last
+	// successful write once it is done; or nil when the target needs no
+	// more heartbeats (it was released meanwhile).
+	prepareHeartbeat(ctx context.Context) (call func() (lastWrite time.Duration))
+}
+
+// schedEntry is the heartbeater's record of one target. It lives inside
+// the target (Lock.sched), so that scheduling a lock allocates nothing.
+// Its fields are guarded by the heartbeater's mutex.
+type schedEntry struct {
+	target   heartbeatTarget
+	due      time.Duration // monotonic: send by then
+	earliest time.Duration // and not before
+	seq      uint64        // first come, first served among equal due times
+	index    int           // in ready or busy; -1 when in neither
+	inFlight bool          // in busy: a heartbeat is being sent
+}
+
+// noSlot is lastSlot when there is nothing to pace from: the next send
+// goes when due.
+const noSlot = -1 << 62
+
 func newHeartbeater(c *Client) *heartbeater {
-	h := &heartbeater{c: c, wake: make(chan struct{}, 1)}
+	h := &heartbeater{
+		c:        c,
+		period:   c.opts.HeartbeatPeriod,
+		wake:     make(chan struct{}, 1),
+		jobs:     make(chan func()),
+		lastSlot: noSlot,
+	}
 	if c.opts.HeartbeatTPS > 0 {
 		h.limiter = rate.NewLimiter(rate.Limit(c.opts.HeartbeatTPS), 1)
 	}
-	h.jobs = make(chan func())
 	return h
 }
 
-// poke starts a round now if the scheduler is idle for want of locks.
+// add schedules t, whose last successful write was sent at lastWrite.
+func (h *heartbeater) add(e *schedEntry, t heartbeatTarget, lastWrite time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.nextSeq++
+	*e = schedEntry{target: t, seq: h.nextSeq}
+	h.setTimesLocked(e, lastWrite)
+	heap.Push(&h.ready, e)
+	// A new entry falls due after every other one (theirs are at most a
+	// period after a write already made), so only an idle scheduler,
+	// which has no timer, needs to hear of it.
+	if len(h.ready)+len(h.busy) == 1 {
+		h.poke()
+	}
+}
+
+// remove unschedules e; a heartbeat in flight finishes unheeded.
+func (h *heartbeater) remove(e *schedEntry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.removeLocked(e)
+}
+
+func (h *heartbeater) removeLocked(e *schedEntry) {
+	if e.index < 0 {
+		return
+	}
+	heap.Remove(h.queueOf(e), e.index)
+}
+
+func (h *heartbeater) queueOf(e *schedEntry) *schedQueue {
+	if e.inFlight {
+		return &h.busy
+	}
+	return &h.ready
+}
+
+// setTimesLocked times e's next heartbeat from base, its last successful
+// write or its last attempt.
+func (h *heartbeater) setTimesLocked(e *schedEntry, base time.Duration) {
+	e.earliest, e.due = base+h.period*3/5, base+h.period
+}
+
+// finished puts e back in line after a heartbeat: base is when its last
+// successful write, or else the attempt just made, was sent.
+func (h *heartbeater) finished(e *schedEntry, base time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e.index < 0 {
+		return // removed meanwhile
+	}
+	heap.Remove(&h.busy, e.index)
+	e.inFlight = false
+	passedOver := e.due
+	h.setTimesLocked(e, base)
+	heap.Push(&h.ready, e)
+	if e.due < passedOver {
+		// The call outlasted a period: the lock is overdue now, and the
+		// scheduler may be asleep until a later time.
+		h.poke()
+	}
+}
+
+// poke wakes the scheduler to look at its queue again.
 func (h *heartbeater) poke() {
 	select {
 	case h.wake <- struct{}{}:
@@ -61,120 +199,157 @@ func (h *heartbeater) run(ctx context.Context) {
 		close(h.jobs)
 		_ = h.senders.Wait()
 	}()
-	for {
-		locks := h.c.heldLocks()
-		if len(locks) == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-h.wake:
-				continue
-			}
+	for ctx.Err() == nil {
+		w, wait := h.next(ctx)
+		if w.call != nil {
+			h.dispatch(w)
+			continue
 		}
-		oldestFirst(locks)
-		if !h.round(ctx, locks) {
+		if !h.sleep(ctx, wait) {
 			return
 		}
 	}
 }
 
-// oldestFirst orders locks by their last successful heartbeat (or
-// acquire), oldest first, then by acquisition. In steady state that is
-// the previous round's order; a lock acquired during the previous round
-// takes the place its acquire time gives it, rather than waiting behind
-// every older lock for a whole further round; and under overload the
-// lock that has waited longest goes first.
-func oldestFirst(locks []*Lock) {
-	type entry struct {
-		l    *Lock
-		last time.Duration
-	}
-	es := make([]entry, len(locks))
-	for i, l := range locks {
-		l.mu.Lock()
-		es[i] = entry{l, l.lastHeartbeat}
-		l.mu.Unlock()
-	}
-	slices.SortFunc(es, func(a, b entry) int {
-		return cmp.Or(cmp.Compare(a.last, b.last), cmp.Compare(a.l.seq, b.l.seq))
-	})
-	for i, e := range es {
-		locks[i] = e.l
+// work is one heartbeat the scheduler hands to a sender.
+type work struct {
+	entry *schedEntry
+	call  func() time.Duration
+	due   time.Duration // when it was due, to measure how late it goes
+}
+
+// next returns the heartbeat to send now, or how long to sleep before
+// looking again (negative: until poked, as nothing is scheduled).
+func (h *heartbeater) next(ctx context.Context) (work, time.Duration) {
+	for {
+		h.mu.Lock()
+		now := h.c.clock.Monotonic()
+		e, wait := h.pickLocked(now)
+		if e == nil {
+			h.mu.Unlock()
+			return work{}, wait
+		}
+		w := work{entry: e, due: e.due}
+		// In flight until the call's outcome puts it back in line; until
+		// then it is timed as if the call had just succeeded.
+		heap.Remove(&h.ready, e.index)
+		e.inFlight = true
+		h.setTimesLocked(e, now)
+		heap.Push(&h.busy, e)
+		h.mu.Unlock()
+		if w.call = e.target.prepareHeartbeat(ctx); w.call != nil {
+			return w, 0
+		}
+		h.remove(e)
 	}
 }
 
-// round sends one heartbeat to each lock; false when the client closed.
-func (h *heartbeater) round(ctx context.Context, locks []*Lock) bool {
-	clk := h.c.clock
-	period := h.c.opts.HeartbeatPeriod
-	start := clk.Monotonic()
-	h.c.stats.rounds.Add(1)
-	n := time.Duration(len(locks))
-	for i, l := range locks {
-		var due time.Duration
-		if h.limiter == nil {
-			due = start + period*time.Duration(i+1)/n
-		} else {
-			now := clk.Monotonic()
-			due = now + h.limiter.ReserveN(monoTime(now), 1).DelayFrom(monoTime(now))
-		}
-		if !h.sleepUntil(ctx, due) {
-			return false
-		}
-		h.dispatch(ctx, l)
+// pickLocked returns the entry whose heartbeat goes now, or how long
+// until one might.
+func (h *heartbeater) pickLocked(now time.Duration) (*schedEntry, time.Duration) {
+	// An entry whose call is still under way when it falls due again is
+	// passed over, and due a period later.
+	for len(h.busy) > 0 && h.busy[0].due <= now {
+		e := h.busy[0]
+		e.earliest += h.period
+		e.due += h.period
+		heap.Fix(&h.busy, 0)
+		h.c.stats.heartbeatsSkipped.Add(1)
 	}
-	end := start + period
-	if over := clk.Monotonic() - end; over > period/10 {
-		h.c.stats.lateRounds.Add(1)
-		h.c.opts.Metrics.HeartbeatRoundLate(over, len(locks))
-		h.c.log.Warn("ddblock: heartbeat round overran its period",
-			"locks", len(locks), "period", period, "overrun", over)
-		return ctx.Err() == nil
+	if len(h.ready)+len(h.busy) == 0 {
+		h.lastSlot = noSlot
+		return nil, -1
 	}
-	return h.sleepUntil(ctx, end)
+	wait := time.Duration(-1)
+	wakeAt := func(at time.Duration) {
+		if d := at - now; d > 0 && (wait < 0 || d < wait) {
+			wait = d
+		}
+	}
+	if len(h.busy) > 0 {
+		// The entry in flight that is due first is planned as if its call
+		// had succeeded as it started: it cannot go sooner than that,
+		// and calls almost always end long before. Waking then, rather
+		// than when its call ends, keeps the schedule the same however
+		// long the call takes.
+		b := h.busy[0]
+		wakeAt(h.planLocked(b))
+		wakeAt(b.due)
+	}
+	if len(h.ready) > 0 {
+		e := h.ready[0]
+		at := h.planLocked(e)
+		if at <= now {
+			// A send that goes late does not leave the next ones a
+			// burst of credit: at most a tenth of a period.
+			h.lastSlot = max(at, now-h.period/10)
+			if h.limiter != nil {
+				h.limiter.ReserveN(monoTime(now), 1)
+				h.lastReserve = now
+			}
+			return e, 0
+		}
+		wakeAt(at)
+	}
+	return nil, wait
+}
+
+// planLocked returns when e, the first in line, should go: a pacing slot
+// after the previous send, but not before e's earliest time and not after
+// its due time; and with an explicit rate, not before the limiter allows.
+// With no send to pace from (the scheduler was idle), e goes when due.
+func (h *heartbeater) planLocked(e *schedEntry) time.Duration {
+	at := e.due
+	if h.lastSlot != noSlot {
+		n := time.Duration(len(h.ready) + len(h.busy))
+		at = min(max(h.lastSlot+h.period/n, e.earliest), e.due)
+	}
+	if h.limiter != nil {
+		// The limiter counts from its last reservation: read it there.
+		if tokens := h.limiter.TokensAt(monoTime(h.lastReserve)); tokens < 1 {
+			ready := h.lastReserve + time.Duration((1-tokens)/float64(h.limiter.Limit())*float64(time.Second))
+			at = max(at, ready)
+		}
+	}
+	return at
 }
 
 // monoTime turns a monotonic reading into the time.Time a rate.Limiter
 // takes, so that the limiter runs on the client's clock.
 func monoTime(d time.Duration) time.Time { return time.Unix(0, 0).Add(d) }
 
-func (h *heartbeater) sleepUntil(ctx context.Context, due time.Duration) bool {
-	d := due - h.c.clock.Monotonic()
-	if d <= 0 {
-		return ctx.Err() == nil
+// sleep waits d (d < 0: until poked), or until poked; false when the
+// client closed.
+func (h *heartbeater) sleep(ctx context.Context, d time.Duration) bool {
+	var fired <-chan time.Time
+	if d >= 0 {
+		t := h.c.clock.NewTimer(d)
+		defer t.Stop()
+		fired = t.C()
 	}
-	t := h.c.clock.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C():
-		return true
+	case <-fired:
+	case <-h.wake:
 	case <-ctx.Done():
 		return false
 	}
+	return true
 }
 
-// dispatch starts l's heartbeat, waiting for a free sender if need be.
-func (h *heartbeater) dispatch(ctx context.Context, l *Lock) {
-	l.mu.Lock()
-	if !l.heldLocked() {
-		l.mu.Unlock()
-		return
-	}
-	if l.hbDone != nil {
-		l.mu.Unlock()
-		h.c.stats.heartbeatsSkipped.Add(1)
-		return
-	}
-	done := make(chan struct{})
-	l.hbDone = done
-	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
-	l.mu.Unlock()
+// dispatch hands w to a sender, waiting for a free one if need be.
+func (h *heartbeater) dispatch(w work) {
 	h.c.stats.heartbeatsInFlight.Add(1)
 	job := func() {
 		defer h.c.stats.heartbeatsInFlight.Add(-1)
-		defer close(done)
-		h.c.heartbeat(ctx, l, oldRVN, unknown)
+		attempt := h.c.clock.Monotonic()
+		lastWrite := w.call()
+		h.finished(w.entry, max(lastWrite, attempt))
 	}
+	h.handOff(job)
+	h.countRound(h.c.clock.Monotonic(), w.due)
+}
+
+func (h *heartbeater) handOff(job func()) {
 	select {
 	case h.jobs <- job: // an idle sender took it
 		return
@@ -194,15 +369,92 @@ func (h *heartbeater) dispatch(ctx context.Context, l *Lock) {
 	h.jobs <- job // every sender is busy: wait for one
 }
 
+// countRound notes a heartbeat handed to a sender at now, due at due, in
+// the current round, and closes the round once a period has passed.
+func (h *heartbeater) countRound(now, due time.Duration) {
+	if h.inRound && now-h.roundStart >= h.period {
+		h.inRound = false
+		if late := h.roundLate; late > h.period/10 {
+			h.mu.Lock()
+			locks := len(h.ready) + len(h.busy)
+			h.mu.Unlock()
+			h.c.stats.lateRounds.Add(1)
+			h.c.opts.Metrics.HeartbeatRoundLate(late, locks)
+			h.c.log.Warn("ddblock: heartbeats went out late: the server or the senders cannot keep up",
+				"locks", locks, "period", h.period, "late", late)
+		}
+	}
+	if !h.inRound {
+		h.inRound, h.roundStart, h.roundLate = true, now, 0
+		h.c.stats.rounds.Add(1)
+	}
+	h.roundLate = max(h.roundLate, now-due)
+}
+
+// schedQueue is a min-heap of entries by due time (container/heap).
+type schedQueue []*schedEntry
+
+func (q schedQueue) Len() int { return len(q) }
+
+func (q schedQueue) Less(i, j int) bool {
+	if q[i].due != q[j].due {
+		return q[i].due < q[j].due
+	}
+	return q[i].seq < q[j].seq
+}
+
+func (q schedQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+
+func (q *schedQueue) Push(x any) {
+	e := x.(*schedEntry)
+	e.index = len(*q)
+	*q = append(*q, e)
+}
+
+func (q *schedQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	e.index = -1
+	return e
+}
+
+// prepareHeartbeat makes the lock's next heartbeat, unless it was
+// released meanwhile. The scheduler sends one heartbeat of a lock at a
+// time; hbDone, set here under the lock's mutex, lets a release wait for
+// it.
+func (l *Lock) prepareHeartbeat(ctx context.Context) func() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.heldLocked() {
+		return nil
+	}
+	done := make(chan struct{})
+	l.hbDone = done
+	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
+	return func() time.Duration {
+		defer close(done)
+		l.client.heartbeat(ctx, l, oldRVN, unknown)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lastHeartbeat
+	}
+}
+
 // heartbeat is Python's: a conditional UpdateItem of the record version
 // number and the expiry time, which leaves every other attribute alone.
 // unknown lists version numbers written by earlier heartbeats whose
 // outcome is unknown (a timeout, a dropped connection): any of them may
 // be in the table.
-func (c *Client) heartbeat(ctx context.Context, l *Lock, oldRVN string, unknown []string) {
-	// The send outlives Close's cancel: Close waits for it instead, so
-	// that the lock's version number is known when Close returns.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
+func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []string) {
+	// The send outlives Close's cancel (ctx): Close waits for it instead,
+	// so that the lock's version number is known when Close returns. Only
+	// a Close that gives up cancels it, through sendCtx.
+	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	hb, err := c.sendHeartbeat(ctx, l, oldRVN)
 	stolen := false

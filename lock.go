@@ -50,7 +50,6 @@ type Callback func(code Code, lock *Lock)
 type Lock struct {
 	client    *Client
 	id        string
-	seq       uint64 // acquisition order, for a stable heartbeat order
 	pk, sk    string
 	owner     string
 	lease     time.Duration
@@ -73,6 +72,10 @@ type Lock struct {
 	// Guarded by the callback pool's mutex.
 	pending   []pendingEvent
 	scheduled bool
+
+	// The heartbeat scheduler's record of this lock, guarded by the
+	// scheduler's mutex (heartbeater.go).
+	sched schedEntry
 }
 
 // PartitionKey returns the lock's partition key.

@@ -313,3 +313,31 @@ func TestCallbacksRoundRobinAcrossLocks(t *testing.T) {
 		t.Errorf("delivery order (-want +got):\n%s", diff)
 	}
 }
+
+// A Close that gives up cancels the heartbeat calls still in flight:
+// nothing of the library's outlives it by more than a moment, even with a
+// HeartbeatTimeout of an hour and a call the network never answers.
+func TestCloseGivingUpCancelsHeartbeatsInFlight(t *testing.T) {
+	e := newEnv(t)
+	proxy, ddb := e.proxied()
+	before := ddblockGoroutines()
+	c := e.clientOn(ddb, ddblock.WithHeartbeatPeriod(50*time.Millisecond), ddblock.WithSafePeriod(2*time.Hour),
+		ddblock.WithLeaseDuration(3*time.Hour), ddblock.WithHeartbeatTimeout(time.Hour))
+	if _, err := c.AcquireLock(context.Background(), "hanging"); err != nil {
+		t.Fatal(err)
+	}
+	hang := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole, Op: "UpdateItem"})
+	waitFor(t, "a heartbeat to hang", func() bool { return hang.Injected() > 0 && c.Stats().HeartbeatsInFlight > 0 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.Close(ctx, false)
+	var lerr *ddblock.Error
+	if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeCanceled || !strings.Contains(lerr.Message, "heartbeat calls in flight cancelled") {
+		t.Fatalf("Close: %v; want CANCELED saying the heartbeats in flight were cancelled", err)
+	}
+	waitFor(t, "the library's goroutines to end", func() bool { return ddblockGoroutines() == before })
+	if err := c.Close(context.Background(), false); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}

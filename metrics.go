@@ -28,7 +28,11 @@ type Metrics interface {
 	// the lock's previous successful write, to be read against its lease;
 	// err is nil on success.
 	HeartbeatFinished(gap, lease time.Duration, err error)
-	// HeartbeatRoundLate reports a round that overran its period.
+	// HeartbeatRoundLate reports a round (one heartbeat period of the
+	// scheduler's work) in which a heartbeat went out more than a tenth
+	// of a period after it was due: the server, or the senders, cannot
+	// keep up. overrun is the latest send's lateness; locks the number
+	// held.
 	HeartbeatRoundLate(overrun time.Duration, locks int)
 	// LockInDanger, LockRecovered and LockStolen report those events.
 	LockInDanger()

@@ -20,16 +20,22 @@
 //     --settle unmeasured, then for the --duration of the measured window
 //     while a probe acquires and releases fresh locks. It reports late
 //     rounds, the largest gap between two successful heartbeats of each
-//     lock (and, apart, from each acquire to its first heartbeat), locks
-//     in danger, goroutines, heap per held lock, the probe's acquire
-//     latency, and the CPU used by the client, the server and the rest of
-//     the machine.
+//     lock (and, apart, from each acquire to its first heartbeat), early
+//     repeats (a heartbeat less than half a period after the lock's
+//     previous successful write), locks in danger, goroutines, heap per
+//     held lock, the probe's acquire latency, and the CPU used by the
+//     client, the server and the rest of the machine.
 //
 // Examples (see doc/benchmarks.md for the figures):
 //
 //	go run ./internal/cmd/ddblock-load --ceiling-only
 //	go run ./internal/cmd/ddblock-load --locks 1000,10000 --period 5s
 //	go run ./internal/cmd/ddblock-load --locks 1000,2000,3000,4000,5000,6000,8000 --period 1s --duration 25s
+//	go run ./internal/cmd/ddblock-load --json --locks 1000,10000 --period 5s > runs.jsonl
+//
+// With --json, each scenario is also printed as one JSON object a line on
+// standard output (the text report moves to standard error): its fields
+// are documented on jsonResult.
 package main
 
 import (
@@ -73,6 +79,7 @@ type config struct {
 	endpoint       string
 	cpuProfile     string
 	memProfile     string
+	json           bool
 }
 
 func main() {
@@ -101,6 +108,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&cfg.ceilingFor, "ceiling-duration", 10*time.Second, "how long each ceiling measurement runs")
 	fs.DurationVar(&cfg.ceilingWarmUp, "ceiling-warmup", 5*time.Second, "load the server this long, unmeasured, before the ceiling")
 	fs.StringVar(&cfg.endpoint, "endpoint", "", "a running server's URL (default: start dynalite on a loopback port)")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario on standard output, and the text report on standard error")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write heap profiles to this prefix: <prefix>-<locks>-held.pprof once the locks are held, <prefix>-<locks>-end.pprof at the end of the window")
 	if err := fs.Parse(args); err != nil {
@@ -164,10 +172,16 @@ func parseInts(flagName, s string) ([]int, error) {
 	return out, nil
 }
 
-func run(args []string, out io.Writer) error {
+func run(args []string, stdout io.Writer) error {
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
+	}
+	// The text report goes to stdout, or to stderr when stdout carries
+	// the JSON objects.
+	out := stdout
+	if cfg.json {
+		out = os.Stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -236,12 +250,19 @@ func run(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "\n== %d locks, heartbeat %v (safe %v, lease %v), HeartbeatConcurrency %d, HeartbeatTPS %d, settle %v, window %v ==\n",
 			n, cfg.period, cfg.safe, cfg.lease, cfg.concurrency, cfg.tps, cfg.settle, cfg.duration)
-		fmt.Fprintf(out, "load average at the start: %s\n", loadAverage())
+		load := loadAverage()
+		fmt.Fprintf(out, "load average at the start: %s\n", load)
 		r, err := runScenario(ctx, ddb, cfg, n)
 		if err != nil {
 			return fmt.Errorf("%d locks: %w", n, err)
 		}
+		r.loadStart = load
 		r.print(out, ceilings)
+		if cfg.json {
+			if err := printJSON(stdout, r.json(cfg.lease, cfg.tps, ceilings)); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(out, "load average at the end: %s\n", loadAverage())
 		results = append(results, r)
 		runtime.GC()

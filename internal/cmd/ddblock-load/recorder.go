@@ -24,6 +24,9 @@ type recorder struct {
 	pkName string
 	base   time.Time
 	tracks map[string]*track
+	// early is half the heartbeat period: a lock written again sooner
+	// than that after its previous successful write is an early repeat.
+	early int64
 	// holding is set while the measured window runs: gaps that end inside
 	// it count as the window's, gaps before it as the acquire phase's.
 	holding atomic.Bool
@@ -42,10 +45,13 @@ type track struct {
 	maxGapAcq  atomic.Int64 // between heartbeats, before the window
 	maxGapHold atomic.Int64 // between heartbeats, in the window
 	beatsHold  atomic.Int64
+	// Heartbeats that came back sooner than half a period after the
+	// lock's previous successful write, before and in the window.
+	earlyAcq, earlyHold atomic.Int64
 }
 
-func newRecorder(ddb ddblock.DynamoDBAPI, pkName string, keys []string) *recorder {
-	r := &recorder{DynamoDBAPI: ddb, pkName: pkName, base: time.Now(), tracks: make(map[string]*track, len(keys))}
+func newRecorder(ddb ddblock.DynamoDBAPI, pkName string, keys []string, period time.Duration) *recorder {
+	r := &recorder{DynamoDBAPI: ddb, pkName: pkName, base: time.Now(), tracks: make(map[string]*track, len(keys)), early: int64(period / 2)}
 	all := make([]track, len(keys))
 	for i, k := range keys {
 		r.tracks[k] = &all[i]
@@ -75,6 +81,13 @@ func (r *recorder) heartbeat(t *track) {
 	if holding {
 		t.beatsHold.Add(1)
 	}
+	if prev != 0 && now-prev < r.early {
+		if holding {
+			t.earlyHold.Add(1)
+		} else {
+			t.earlyAcq.Add(1)
+		}
+	}
 	switch {
 	case prev == 0:
 	case !t.beaten.Swap(true):
@@ -91,6 +104,7 @@ func (r *recorder) startWindow() {
 	for _, t := range r.tracks {
 		t.maxGapHold.Store(0)
 		t.beatsHold.Store(0)
+		t.earlyHold.Store(0)
 	}
 	r.holding.Store(true)
 }
@@ -133,16 +147,17 @@ func (r *recorder) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...
 	return out, err
 }
 
-// UpdateItem records a heartbeat.
+// UpdateItem records a heartbeat. Every UpdateItem the client sends is
+// a heartbeat write, counted whatever its key.
 func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	out, err := r.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	if err != nil {
+		r.updatesFailed.Add(1)
+		return out, err
+	}
+	r.updatesOK.Add(1)
 	if t := r.track(in.Key); t != nil {
-		if err == nil {
-			r.updatesOK.Add(1)
-			r.heartbeat(t)
-		} else {
-			r.updatesFailed.Add(1)
-		}
+		r.heartbeat(t)
 	}
 	return out, err
 }

@@ -38,6 +38,10 @@ type scenarioResult struct {
 	perLockGap            durations // each lock's largest gap in the window
 	perLockBeats          []int64
 	neverBeat             int // locks with no successful heartbeat in the window
+	// Heartbeats that came back less than half a period after the lock's
+	// previous successful write (acquire or heartbeat): before the
+	// window (acquire phase and settle) and in it.
+	earlyBefore, earlyWindow int64
 
 	goroutinesBase    int // before the client existed
 	goroutinesIdle    int // client made, connections warm, no lock held
@@ -51,13 +55,15 @@ type scenarioResult struct {
 	probeBusy durations // the same while the heartbeats run
 	probeErrs int
 
-	cpu cpuUse
+	cpu       cpuUse
+	loadStart string // the machine's load average when the scenario started
 }
 
 // deltaStats is what the client counted during the window.
 func (r *scenarioResult) deltaStats() ddblock.Stats {
 	a, b := r.statsBefore, r.statsEnd
 	return ddblock.Stats{
+		Rounds:            b.Rounds - a.Rounds,
 		LateRounds:        b.LateRounds - a.LateRounds,
 		HeartbeatsSent:    b.HeartbeatsSent - a.HeartbeatsSent,
 		HeartbeatsFailed:  b.HeartbeatsFailed - a.HeartbeatsFailed,
@@ -66,15 +72,6 @@ func (r *scenarioResult) deltaStats() ddblock.Stats {
 		Recovered:         b.Recovered - a.Recovered,
 		Stolen:            b.Stolen - a.Stolen,
 	}
-}
-
-// rounds estimates the heartbeat rounds in the window. Stats does not
-// count rounds; every round sends each held lock one heartbeat, so the
-// median lock's number of successful heartbeats is the number of rounds.
-func (r *scenarioResult) rounds() int64 {
-	beats := slices.Clone(r.perLockBeats)
-	slices.Sort(beats)
-	return beats[len(beats)/2]
 }
 
 func (r *scenarioResult) rate() float64 { return float64(r.heartbeatsOK) / r.window.Seconds() }
@@ -93,7 +90,7 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	for i := range keys {
 		keys[i] = fmt.Sprintf("load-%07d", i)
 	}
-	rec := newRecorder(ddb, ddblock.DefaultPartitionKeyName, keys)
+	rec := newRecorder(ddb, ddblock.DefaultPartitionKeyName, keys, cfg.period)
 	r.acquireLat = make(durations, n)
 	r.probeIdle = make(durations, 0, 64)
 	r.probeBusy = make(durations, 0, int(cfg.duration/max(cfg.probeEvery, time.Millisecond))+16)
@@ -267,6 +264,8 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 		r.perLockGap = append(r.perLockGap, time.Duration(t.maxGapHold.Load()))
 		b := t.beatsHold.Load()
 		r.perLockBeats = append(r.perLockBeats, b)
+		r.earlyBefore += t.earlyAcq.Load()
+		r.earlyWindow += t.earlyHold.Load()
 		if b == 0 {
 			r.neverBeat++
 		}
@@ -356,13 +355,15 @@ func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
 	}
 	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed\n",
 		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed)
-	fmt.Fprintf(out, "rounds:      ~%d in the window (%.1f periods long), %d late (Stats.LateRounds); %d sends skipped (previous still in flight)\n",
-		r.rounds(), r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped)
-	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (safe period %v; locks ÷ rate = %v)\n",
-		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.safe,
+	fmt.Fprintf(out, "rounds:      %d in the window (Stats.Rounds; the window is %.1f periods long), %d late (Stats.LateRounds); %d heartbeats fell due while the previous was in flight (Stats.HeartbeatsSkipped)\n",
+		d.Rounds, r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped)
+	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; locks ÷ rate = %v)\n",
+		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.period, r.safe,
 		round(time.Duration(float64(r.locks)/r.rate()*float64(time.Second))))
-	fmt.Fprintf(out, "first gap:   acquire → first heartbeat, per lock min %v / median %v / max %v; largest gap between heartbeats before the window %v\n",
-		r.firstGap.min(), r.firstGap.pct(50), r.firstGap.max(), round(r.acquireGapMax))
+	fmt.Fprintf(out, "first gap:   acquire → first heartbeat, per lock min %v / median %v / p99 %v / max %v; largest gap between heartbeats before the window %v\n",
+		r.firstGap.min(), r.firstGap.pct(50), r.firstGap.pct(99), r.firstGap.max(), round(r.acquireGapMax))
+	fmt.Fprintf(out, "early:       %d heartbeats came back less than %v (half a period) after the lock's previous successful write: %d before the window, %d in it\n",
+		r.earlyBefore+r.earlyWindow, r.period/2, r.earlyBefore, r.earlyWindow)
 	beats := slices.Clone(r.perLockBeats)
 	slices.Sort(beats)
 	fmt.Fprintf(out, "per lock:    heartbeats in the window min %d / median %d / max %d; %d locks had none\n",
@@ -411,17 +412,18 @@ func printSummary(out io.Writer, rs []*scenarioResult, ceilings []ceilingResult)
 	}
 	c := bestCeiling(ceilings)
 	fmt.Fprintln(out, "\n== summary ==")
-	fmt.Fprintln(out, "| locks | period | acquire all | heartbeats/s | share of ceiling | late rounds | largest gap min / median / max | first gap max | safe | in danger (window / all) | goroutines idle → holding (ddblock's) | heap per lock | fresh acquire p50 / p99 under load |")
-	fmt.Fprintln(out, "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |")
+	fmt.Fprintln(out, "| locks | period | acquire all | heartbeats/s | share of ceiling | late rounds | largest gap min / median / p99 / max | first gap max | early repeats | safe | in danger (window / all) | goroutines idle → holding (ddblock's) | heap per lock | fresh acquire p50 / p99 under load |")
+	fmt.Fprintln(out, "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |")
 	for _, r := range rs {
 		d := r.deltaStats()
 		share := "n/a"
 		if c > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*r.rate()/c)
 		}
-		fmt.Fprintf(out, "| %d | %v | %v | %.0f | %s | %d of ~%d | %v / %v / %v | %v | %v | %d / %d | %d → %d (%d → %d) | %s | %v / %v |\n",
-			r.locks, r.period, r.acquireTime.Round(10*time.Millisecond), r.rate(), share, d.LateRounds, r.rounds(),
-			r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.max(), r.firstGap.max(), r.safe, d.InDanger, r.statsEnd.InDanger,
+		fmt.Fprintf(out, "| %d | %v | %v | %.0f | %s | %d of %d | %v / %v / %v / %v | %v | %d | %v | %d / %d | %d → %d (%d → %d) | %s | %v / %v |\n",
+			r.locks, r.period, r.acquireTime.Round(10*time.Millisecond), r.rate(), share, d.LateRounds, d.Rounds,
+			r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.firstGap.max(),
+			r.earlyBefore+r.earlyWindow, r.safe, d.InDanger, r.statsEnd.InDanger,
 			r.goroutinesIdle, r.goroutinesHeldMax, r.libIdle, r.libMax, perLock(r.heapHeld, r.heapIdle, r.locks),
 			r.probeBusy.pct(50), r.probeBusy.pct(99))
 	}
