@@ -130,20 +130,7 @@ func readOr(path string) string {
 // race detector when this test binary has it.
 func ddblockBinary(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "ddblock")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool, append(args, "github.com/ddblock/ddblock/cmd/ddblock")...)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/ddblock: %v\n%s", err, msg)
-	}
-	return out
+	return goBuild(t, "github.com/ddblock/ddblock/cmd/ddblock", "ddblock")
 }
 
 // ddblockEnv is the environment of the ddblock processes: what reaches

@@ -39,7 +39,14 @@ func TestMain(m *testing.M) { ddbtest.Main(m) }
 // the Go build cache keeps a second build to a link.
 func workerBinary(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "worker")
+	return goBuild(t, "./worker", "worker")
+}
+
+// goBuild builds the package pkg into the test's temp dir as name, with
+// the race detector when this test binary has it.
+func goBuild(t *testing.T, pkg, name string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		goTool = "go"
@@ -48,9 +55,9 @@ func workerBinary(t *testing.T) string {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command(goTool, append(args, "./worker")...)
+	cmd := exec.Command(goTool, append(args, pkg)...)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./worker: %v\n%s", err, msg)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
 	}
 	return out
 }

@@ -263,8 +263,12 @@ func TestRunStderrNotRead(t *testing.T) {
 	filled := fillPipe(t, pw)
 
 	lines := writerFile(t)
-	const count = 150 // 3 s of writing: three leases
-	args := append(append(slices.Clone(timingFlags), "job", "--"), writerCommand(t, "A", lines, writerEvery, count)...)
+	const count = 150 // 3 s of writing: twenty heartbeat periods
+	// A lease of 3 s (safe period 2 s) with the tests' 150 ms heartbeat:
+	// with one heartbeat in two failing, a scheduler made late by a busy
+	// machine must not put the lock in danger; what is tested is that
+	// the unread stderr does not.
+	args := append([]string{"--lease", "3s", "--heartbeat", testHeartbeat.String(), "job", "--"}, writerCommand(t, "A", lines, writerEvery, count)...)
 	cmd := exec.Command(binPath, f.args("run", args...)...)
 	cmd.Env = env
 	cmd.Stderr = pw
