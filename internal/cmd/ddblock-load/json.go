@@ -11,6 +11,7 @@ import (
 // every name is settled: later scenarios (a session holding the locks,
 // say) fill the same fields rather than new ones.
 type jsonResult struct {
+	Server      string  `json:"server"` // dynalite, dynamodb-local, or external (--endpoint)
 	Locks       int     `json:"locks"`
 	PeriodS     float64 `json:"period_s"`
 	SafeS       float64 `json:"safe_s"`
@@ -63,11 +64,12 @@ type jsonResult struct {
 	LoadAverageStart     string  `json:"load_average_start"`
 }
 
-func (r *scenarioResult) json(lease time.Duration, tps int, ceilings []ceilingResult) jsonResult {
+func (r *scenarioResult) json(server string, lease time.Duration, tps int, ceilings []ceilingResult) jsonResult {
 	d := r.deltaStats()
 	c := bestCeiling(ceilings)
 	j := jsonResult{
-		Locks: r.locks, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
+		Server: server,
+		Locks:  r.locks, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
 		Concurrency: r.concurrency, TPS: tps, WindowS: r.window.Seconds(),
 		AcquireAllS:          r.acquireTime.Seconds(),
 		HeartbeatWritesPerS:  r.rate(),
