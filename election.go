@@ -279,4 +279,3 @@ func (e *Election) Run(ctx context.Context, value string, cb LeaderCallbacks) er
 		}
 	}
 }
-
