@@ -13,9 +13,10 @@ import (
 // 100 on every Linux this tool is likely to meet.
 const clockTicks = 100
 
-// readCPU reads this process's CPU time and its children's (the dynalite
-// server, when the tool started it), so that a run can show which side of
-// the wire spent the two cores.
+// readCPU reads this process's CPU time and that of its descendants (the
+// server, when the tool started it: dynalite's Node.js process, or
+// DynamoDB Local's Node.js wrapper and the JVM it runs), so that a run
+// can show which side of the wire spent the two cores.
 func readCPU() cpuUse {
 	var c cpuUse
 	var ru syscall.Rusage
@@ -24,20 +25,31 @@ func readCPU() cpuUse {
 		c.known = true
 	}
 	c.machine, c.hasMachine = machineBusy()
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, pid := range descendants("self") {
+		if d, ok := procCPU(pid); ok {
+			c.server += d
+			c.hasServer = true
+		}
+	}
+	return c
+}
+
+// descendants lists the live descendants of a process ("self", or a pid),
+// from /proc/<pid>/task/*/children.
+func descendants(pid string) []string {
+	var out []string
+	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
 	for _, f := range tasks {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		for _, pid := range strings.Fields(string(b)) {
-			if d, ok := procCPU(pid); ok {
-				c.server += d
-				c.hasServer = true
-			}
+		for _, child := range strings.Fields(string(b)) {
+			out = append(out, child)
+			out = append(out, descendants(child)...)
 		}
 	}
-	return c
+	return out
 }
 
 // procCPU is utime+stime of a live process, from /proc/<pid>/stat.

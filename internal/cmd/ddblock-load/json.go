@@ -11,6 +11,7 @@ import (
 // every name is settled: later scenarios (a session holding the locks,
 // say) fill the same fields rather than new ones.
 type jsonResult struct {
+	Server      string  `json:"server"` // dynalite, dynamodb-local, or external (--endpoint)
 	Locks       int     `json:"locks"`
 	PeriodS     float64 `json:"period_s"`
 	SafeS       float64 `json:"safe_s"`
@@ -36,6 +37,13 @@ type jsonResult struct {
 	// write to its first heartbeat's (both as the replies came back).
 	FirstGapMaxS float64 `json:"first_gap_max_s"`
 	FirstGapP99S float64 `json:"first_gap_p99_s"`
+	// FirstGapSentMaxS is the same wait from the acquire's send to the
+	// first heartbeat's: the scheduler's timing without reply latency.
+	FirstGapSentMaxS float64 `json:"first_gap_sent_max_s"`
+	// RoundsBefore and LateRoundsBefore are Stats.Rounds and
+	// Stats.LateRounds from the client's start to the window's.
+	RoundsBefore     uint64 `json:"rounds_before_window"`
+	LateRoundsBefore uint64 `json:"late_rounds_before_window"`
 	// EarlyRepeats counts heartbeats that came back less than half a
 	// period after the lock's previous successful write, from the first
 	// acquire to the end of the window; EarlyRepeatsWindow those of the
@@ -48,6 +56,10 @@ type jsonResult struct {
 	GapMedianS     float64 `json:"gap_median_s"`
 	GapP99S        float64 `json:"gap_p99_s"`
 	LargestGapMaxS float64 `json:"largest_gap_max_s"`
+	// The same gaps from send to send: the scheduler's own timing, which
+	// a slow reply or a stalled server does not stretch.
+	GapSentP99S float64 `json:"gap_sent_p99_s"`
+	GapSentMaxS float64 `json:"gap_sent_max_s"`
 
 	InDangerWindow uint64 `json:"in_danger_window"`
 	InDangerTotal  uint64 `json:"in_danger_total"` // since the client was made
@@ -63,11 +75,12 @@ type jsonResult struct {
 	LoadAverageStart     string  `json:"load_average_start"`
 }
 
-func (r *scenarioResult) json(lease time.Duration, tps int, ceilings []ceilingResult) jsonResult {
+func (r *scenarioResult) json(server string, lease time.Duration, tps int, ceilings []ceilingResult) jsonResult {
 	d := r.deltaStats()
 	c := bestCeiling(ceilings)
 	j := jsonResult{
-		Locks: r.locks, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
+		Server: server,
+		Locks:  r.locks, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
 		Concurrency: r.concurrency, TPS: tps, WindowS: r.window.Seconds(),
 		AcquireAllS:          r.acquireTime.Seconds(),
 		HeartbeatWritesPerS:  r.rate(),
@@ -77,11 +90,16 @@ func (r *scenarioResult) json(lease time.Duration, tps int, ceilings []ceilingRe
 		LateRounds:           d.LateRounds,
 		FirstGapMaxS:         slicesMax(r.firstGap).Seconds(),
 		FirstGapP99S:         r.firstGap.pct(99).Seconds(),
+		FirstGapSentMaxS:     slicesMax(r.firstGapSent).Seconds(),
+		RoundsBefore:         r.statsBefore.Rounds,
+		LateRoundsBefore:     r.statsBefore.LateRounds,
 		EarlyRepeats:         r.earlyBefore + r.earlyWindow,
 		EarlyRepeatsWindow:   r.earlyWindow,
 		GapMedianS:           r.perLockGap.pct(50).Seconds(),
 		GapP99S:              r.perLockGap.pct(99).Seconds(),
 		LargestGapMaxS:       slicesMax(r.perLockGap).Seconds(),
+		GapSentP99S:          r.perLockGapSent.pct(99).Seconds(),
+		GapSentMaxS:          slicesMax(r.perLockGapSent).Seconds(),
 		InDangerWindow:       d.InDanger,
 		InDangerTotal:        r.statsEnd.InDanger,
 		Stolen:               r.statsEnd.Stolen,

@@ -6,8 +6,8 @@
 //
 // By default it starts dynalite itself (internal/testserver.Start, which the
 // tests' ddbtest.Start wraps), on a free loopback port, and stops it at
-// the end; --endpoint points it at a server that is already running
-// (DynamoDB Local, say).
+// the end; --server dynamodb-local starts Amazon's DynamoDB Local instead,
+// and --endpoint points it at a server that is already running.
 //
 // A run has two parts:
 //
@@ -32,6 +32,7 @@
 //	go run ./internal/cmd/ddblock-load --locks 1000,10000 --period 5s
 //	go run ./internal/cmd/ddblock-load --locks 1000,2000,3000,4000,5000,6000,8000 --period 1s --duration 25s
 //	go run ./internal/cmd/ddblock-load --json --locks 1000,10000 --period 5s > runs.jsonl
+//	go run ./internal/cmd/ddblock-load --server dynamodb-local --locks 1000 --period 1s
 //
 // With --json, each scenario is also printed as one JSON object a line on
 // standard output (the text report moves to standard error): its fields
@@ -76,6 +77,7 @@ type config struct {
 	ceilingWriters []int
 	ceilingFor     time.Duration
 	ceilingWarmUp  time.Duration
+	server         testserver.Kind // the server to start, unless endpoint is set
 	endpoint       string
 	cpuProfile     string
 	memProfile     string
@@ -107,7 +109,8 @@ func parseFlags(args []string) (*config, error) {
 	writers := fs.String("ceiling-writers", "8,16,32", "comma-separated numbers of concurrent writers for the ceiling")
 	fs.DurationVar(&cfg.ceilingFor, "ceiling-duration", 10*time.Second, "how long each ceiling measurement runs")
 	fs.DurationVar(&cfg.ceilingWarmUp, "ceiling-warmup", 5*time.Second, "load the server this long, unmeasured, before the ceiling")
-	fs.StringVar(&cfg.endpoint, "endpoint", "", "a running server's URL (default: start dynalite on a loopback port)")
+	server := fs.String("server", string(testserver.Dynalite), "the server to start on a loopback port: dynalite or dynamodb-local")
+	fs.StringVar(&cfg.endpoint, "endpoint", "", "a running server's URL, used instead of starting one")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario on standard output, and the text report on standard error")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write heap profiles to this prefix: <prefix>-<locks>-held.pprof once the locks are held, <prefix>-<locks>-end.pprof at the end of the window")
@@ -116,6 +119,17 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	switch k := testserver.Kind(*server); k {
+	case testserver.Dynalite, testserver.DynamoDBLocal:
+		cfg.server = k
+	default:
+		return nil, fmt.Errorf("--server %q: want %s or %s", *server, testserver.Dynalite, testserver.DynamoDBLocal)
+	}
+	serverSet := false
+	fs.Visit(func(f *flag.Flag) { serverSet = serverSet || f.Name == "server" })
+	if serverSet && cfg.endpoint != "" {
+		return nil, errors.New("--server and --endpoint: give one (--server starts a server, --endpoint names a running one)")
 	}
 	var err error
 	if cfg.locks, err = parseInts("--locks", *locks); err != nil {
@@ -199,27 +213,28 @@ func run(args []string, stdout io.Writer) error {
 	}
 
 	var srv *testserver.Server
-	endpoint := cfg.endpoint
+	endpoint, serverName := cfg.endpoint, string(testserver.External)
 	if endpoint == "" {
-		fmt.Fprintln(out, "starting dynalite on a loopback port...")
-		srv, err = testserver.Start(testserver.Dynalite)
+		fmt.Fprintf(out, "starting %s on a loopback port...\n", cfg.server)
+		srv, err = testserver.Start(cfg.server)
 		if err != nil {
 			return err
 		}
 		defer srv.Stop()
-		endpoint = srv.Endpoint
+		// DDBLOCK_TEST_ENDPOINT, if set, names the server instead.
+		endpoint, serverName = srv.Endpoint, string(srv.Kind)
 	}
 	// No SDK retries beyond its default: a heartbeat that needs a retry is
 	// part of what is measured.
 	ddb := testserver.NewClient(endpoint, cfg.endpoint != "" && !isLoopback(endpoint), 0)
 
-	printMachine(out, endpoint, srv != nil)
+	printMachine(out, endpoint, serverName, srv != nil && !srv.External)
 
 	var ceilings []ceilingResult
 	if cfg.ceiling {
 		fmt.Fprintf(out, "\n== server ceiling: conditional UpdateItem on distinct keys, %v per point ==\n", cfg.ceilingFor)
-		// A fresh Node process runs slower until its JIT has compiled
-		// dynalite's hot paths: warm it up first, and throw that away.
+		// A fresh server (Node.js or a JVM) runs slower until its JIT has
+		// compiled the hot paths: warm it up first, and throw that away.
 		if cfg.ceilingWarmUp > 0 {
 			w := slices.Max(cfg.ceilingWriters)
 			if _, err := measureCeiling(ctx, ddb, w, cfg.ceilingWarmUp); err != nil {
@@ -259,7 +274,7 @@ func run(args []string, stdout io.Writer) error {
 		r.loadStart = load
 		r.print(out, ceilings)
 		if cfg.json {
-			if err := printJSON(stdout, r.json(cfg.lease, cfg.tps, ceilings)); err != nil {
+			if err := printJSON(stdout, r.json(serverName, cfg.lease, cfg.tps, ceilings)); err != nil {
 				return err
 			}
 		}
@@ -287,11 +302,11 @@ func loadAverage() string {
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
-func printMachine(out io.Writer, endpoint string, ours bool) {
+func printMachine(out io.Writer, endpoint, server string, ours bool) {
 	load := loadAverage()
-	who := "external"
+	who := server
 	if ours {
-		who = "dynalite, started by this command"
+		who += ", started by this command"
 	}
 	fmt.Fprintf(out, "server %s (%s)\n", endpoint, who)
 	fmt.Fprintf(out, "machine: %d CPUs (GOMAXPROCS %d), %s, %s/%s, load average %s\n",

@@ -14,7 +14,10 @@ import (
 // recorder wraps the DynamoDB client given to ddblock.New and notes, per
 // lock key, when each successful write (the acquire's PutItem, then each
 // heartbeat's UpdateItem) came back. The largest gap between two of them
-// is what the lock's safe period has to cover.
+// is what the lock's safe period has to cover. For the first heartbeat it
+// also notes when the calls were sent: the scheduler times a lock from
+// the send of its last write, so the gap between sends is what tells its
+// lateness apart from the server's slow replies.
 //
 // Its table of keys is built before the scenario starts and only read
 // afterwards, so that it adds nothing to the heap measured per held lock
@@ -37,14 +40,20 @@ type recorder struct {
 // track is one lock key's record. Times are nanoseconds since base on the
 // monotonic clock; 0 means "not yet".
 type track struct {
-	last atomic.Int64
+	last     atomic.Int64
+	lastSent atomic.Int64 // when the call of the last successful write began
 	// beaten is false from the acquire to the first heartbeat: that first
 	// gap depends on when the lock joined a round, and is kept apart.
-	beaten     atomic.Bool
-	firstGap   atomic.Int64
-	maxGapAcq  atomic.Int64 // between heartbeats, before the window
-	maxGapHold atomic.Int64 // between heartbeats, in the window
-	beatsHold  atomic.Int64
+	beaten   atomic.Bool
+	firstGap atomic.Int64
+	// firstGapSent is the same gap from the acquire's send to the first
+	// heartbeat's.
+	firstGapSent atomic.Int64
+	maxGapAcq    atomic.Int64 // between heartbeats, before the window
+	maxGapHold   atomic.Int64 // between heartbeats, in the window
+	// maxGapHoldSent is the same from send to send.
+	maxGapHoldSent atomic.Int64
+	beatsHold      atomic.Int64
 	// Heartbeats that came back sooner than half a period after the
 	// lock's previous successful write, before and in the window.
 	earlyAcq, earlyHold atomic.Int64
@@ -69,14 +78,18 @@ func (r *recorder) track(key map[string]types.AttributeValue) *track {
 	return r.tracks[v.Value]
 }
 
-func (r *recorder) acquired(t *track) {
+// acquired records an acquire's write, whose call began at sent.
+func (r *recorder) acquired(t *track, sent int64) {
 	t.beaten.Store(false)
+	t.lastSent.Store(sent)
 	t.last.Store(r.now())
 }
 
-func (r *recorder) heartbeat(t *track) {
+// heartbeat records a heartbeat's write, whose call began at sent.
+func (r *recorder) heartbeat(t *track, sent int64) {
 	now := r.now()
 	prev := t.last.Swap(now)
+	prevSent := t.lastSent.Swap(sent)
 	holding := r.holding.Load()
 	if holding {
 		t.beatsHold.Add(1)
@@ -92,8 +105,10 @@ func (r *recorder) heartbeat(t *track) {
 	case prev == 0:
 	case !t.beaten.Swap(true):
 		storeMax(&t.firstGap, now-prev)
+		storeMax(&t.firstGapSent, sent-prevSent)
 	case holding:
 		storeMax(&t.maxGapHold, now-prev)
+		storeMax(&t.maxGapHoldSent, sent-prevSent)
 	default:
 		storeMax(&t.maxGapAcq, now-prev)
 	}
@@ -103,6 +118,7 @@ func (r *recorder) heartbeat(t *track) {
 func (r *recorder) startWindow() {
 	for _, t := range r.tracks {
 		t.maxGapHold.Store(0)
+		t.maxGapHoldSent.Store(0)
 		t.beatsHold.Store(0)
 		t.earlyHold.Store(0)
 	}
@@ -121,8 +137,10 @@ func (r *recorder) endWindow() {
 		case last == 0:
 		case t.beaten.Load():
 			storeMax(&t.maxGapHold, now-last)
+			storeMax(&t.maxGapHoldSent, now-t.lastSent.Load())
 		default:
 			storeMax(&t.firstGap, now-last)
+			storeMax(&t.firstGapSent, now-t.lastSent.Load())
 		}
 	}
 }
@@ -138,10 +156,11 @@ func storeMax(v *atomic.Int64, x int64) {
 
 // PutItem records the acquire's write.
 func (r *recorder) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	sent := r.now()
 	out, err := r.DynamoDBAPI.PutItem(ctx, in, o...)
 	if err == nil {
 		if t := r.track(in.Item); t != nil {
-			r.acquired(t)
+			r.acquired(t, sent)
 		}
 	}
 	return out, err
@@ -150,6 +169,7 @@ func (r *recorder) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...
 // UpdateItem records a heartbeat. Every UpdateItem the client sends is
 // a heartbeat write, counted whatever its key.
 func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	sent := r.now()
 	out, err := r.DynamoDBAPI.UpdateItem(ctx, in, o...)
 	if err != nil {
 		r.updatesFailed.Add(1)
@@ -157,7 +177,7 @@ func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 	}
 	r.updatesOK.Add(1)
 	if t := r.track(in.Key); t != nil {
-		r.heartbeat(t)
+		r.heartbeat(t, sent)
 	}
 	return out, err
 }

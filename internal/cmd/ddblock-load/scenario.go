@@ -30,12 +30,14 @@ type scenarioResult struct {
 	acquireErrors  int
 	acquireGapMax  time.Duration // largest gap between heartbeats before the window
 	firstGap       durations     // each lock's acquire → first heartbeat
+	firstGapSent   durations     // the same, from send to send
 
 	window                time.Duration
 	heartbeatsOK          int64 // successful heartbeats of the held locks in the window
 	heartbeatsFailed      int64
 	statsBefore, statsEnd ddblock.Stats
 	perLockGap            durations // each lock's largest gap in the window
+	perLockGapSent        durations // the same, from send to send
 	perLockBeats          []int64
 	neverBeat             int // locks with no successful heartbeat in the window
 	// Heartbeats that came back less than half a period after the lock's
@@ -256,12 +258,16 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	}
 
 	r.perLockGap = make(durations, 0, n)
+	r.perLockGapSent = make(durations, 0, n)
 	r.perLockBeats = make([]int64, 0, n)
 	r.firstGap = make(durations, 0, n)
+	r.firstGapSent = make(durations, 0, n)
 	for _, k := range keys {
 		t := rec.tracks[k]
 		r.firstGap = append(r.firstGap, time.Duration(t.firstGap.Load()))
+		r.firstGapSent = append(r.firstGapSent, time.Duration(t.firstGapSent.Load()))
 		r.perLockGap = append(r.perLockGap, time.Duration(t.maxGapHold.Load()))
+		r.perLockGapSent = append(r.perLockGapSent, time.Duration(t.maxGapHoldSent.Load()))
 		b := t.beatsHold.Load()
 		r.perLockBeats = append(r.perLockBeats, b)
 		r.earlyBefore += t.earlyAcq.Load()
@@ -355,13 +361,17 @@ func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
 	}
 	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed\n",
 		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed)
-	fmt.Fprintf(out, "rounds:      %d in the window (Stats.Rounds; the window is %.1f periods long), %d late (Stats.LateRounds); %d heartbeats fell due while the previous was in flight (Stats.HeartbeatsSkipped)\n",
-		d.Rounds, r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped)
+	fmt.Fprintf(out, "rounds:      %d in the window (Stats.Rounds; the window is %.1f periods long), %d late (Stats.LateRounds); %d heartbeats fell due while the previous was in flight (Stats.HeartbeatsSkipped); before the window (acquire and settle) %d rounds, %d late\n",
+		d.Rounds, r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped, r.statsBefore.Rounds, r.statsBefore.LateRounds)
 	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; locks ÷ rate = %v)\n",
 		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.period, r.safe,
 		round(time.Duration(float64(r.locks)/r.rate()*float64(time.Second))))
+	fmt.Fprintf(out, "             the same from send to send (the scheduler's own timing, without the replies' latency): p99 %v / max %v\n",
+		r.perLockGapSent.pct(99), r.perLockGapSent.max())
 	fmt.Fprintf(out, "first gap:   acquire → first heartbeat, per lock min %v / median %v / p99 %v / max %v; largest gap between heartbeats before the window %v\n",
 		r.firstGap.min(), r.firstGap.pct(50), r.firstGap.pct(99), r.firstGap.max(), round(r.acquireGapMax))
+	fmt.Fprintf(out, "             the same from send to send (the scheduler's own timing, without the replies' latency): median %v / p99 %v / max %v\n",
+		r.firstGapSent.pct(50), r.firstGapSent.pct(99), r.firstGapSent.max())
 	fmt.Fprintf(out, "early:       %d heartbeats came back less than %v (half a period) after the lock's previous successful write: %d before the window, %d in it\n",
 		r.earlyBefore+r.earlyWindow, r.period/2, r.earlyBefore, r.earlyWindow)
 	beats := slices.Clone(r.perLockBeats)
