@@ -275,7 +275,8 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
 			AcquireTimeout: 3 * time.Second,
 			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)},
-			UseWithLock:    i%2 == 1,
+			UseWithLock:    i%4 == 1,
+			UseElection:    i%4 == 3,
 			Seed:           c.cfg.Seed + uint64(i*1000+gen),
 		}
 		if err := h.Run(ctx); err != nil {
@@ -554,6 +555,8 @@ func (w *workerSlot) start() {
 		"-attempts", fmt.Sprint(cfg.Attempts),
 		"-flavour", fmt.Sprint(w.flavour), "-max-clock-skew", cfg.MaxClockSkew.String(),
 		fmt.Sprintf("-trust-context=%v", cfg.TrustContext),
+		// Every other worker's odd clients campaign in elections.
+		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
 	stdin, err := cmd.StdinPipe()

@@ -110,6 +110,7 @@ func commands() []command {
 		{"run", "run a command while holding a lock", cmdRun},
 		{"ls", "list the locks in the table", cmdLs},
 		{"get", "show one lock", cmdGet},
+		{"leader", "show an election's leader (--watch: each change)", cmdLeader},
 		{"release", "remove a stuck lock, whoever holds it (needs --force)", cmdRelease},
 		{"create-table", "create the lock table", cmdCreateTable},
 		{"ensure-table", "create the lock table if missing, check its keys, enable TTL", cmdEnsureTable},

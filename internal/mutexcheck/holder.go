@@ -42,6 +42,11 @@ type Holder struct {
 	// function's context and Lock.Err() at each step, instead of
 	// AcquireLock, a step loop and Release.
 	UseWithLock bool
+	// UseElection takes each key as an election's name: it campaigns
+	// (Election.Campaign, with AcquireTimeout as the context's deadline),
+	// works under the leadership (checking Lock.Err() and the
+	// leadership's context at each step) and resigns.
+	UseElection bool
 	// TrustContext, with UseWithLock, checks only the function's context
 	// at each step, not Lock.Err(): it shows whether the context alone is
 	// a safe guard (it is cancelled by the client's monitor, which may
@@ -73,9 +78,12 @@ func (h *Holder) Run(ctx context.Context) error {
 			hold += time.Duration(h.rng.Int64N(int64(hi - lo)))
 		}
 		var closed bool
-		if h.UseWithLock {
+		switch {
+		case h.UseElection:
+			closed = h.roundElection(ctx, key, hold)
+		case h.UseWithLock:
 			closed = h.roundWithLock(ctx, key, hold)
-		} else {
+		default:
 			closed = h.round(ctx, key, hold)
 		}
 		if closed {
@@ -109,6 +117,34 @@ func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool
 	} else if reason := ddblock.CodeOf(lock.Err()); reason != ddblock.CodeLockReleased {
 		// Release does nothing to a lock that was not held any more
 		// (stolen, or its client closed), and says nil.
+		outcome = "not-held-" + string(reason)
+	}
+	h.Log.Released(tenure, Now(), outcome)
+	return false
+}
+
+// roundElection is one campaign, leadership and resignation; true when
+// the client is closed.
+func (h *Holder) roundElection(ctx context.Context, key string, hold time.Duration) bool {
+	election, err := h.Client.NewElection(key)
+	if err != nil {
+		return h.failed("campaign", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	lead, err := election.Campaign(actx, h.ID)
+	cancel()
+	if err != nil {
+		return h.failed("acquire", err)
+	}
+	tenure := h.work(ctx, lead.Context(), lead.Lock, key, hold)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), h.AcquireTimeout)
+	err = election.Resign(rctx)
+	rcancel()
+	outcome := "unknown" // Resign releases best effort
+	if err != nil {
+		h.failed("resign", err)
+		outcome = string(ddblock.CodeOf(err))
+	} else if reason := ddblock.CodeOf(lead.Err()); reason != ddblock.CodeLockReleased {
 		outcome = "not-held-" + string(reason)
 	}
 	h.Log.Released(tenure, Now(), outcome)

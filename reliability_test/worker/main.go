@@ -59,6 +59,7 @@ func main() {
 		flavour    = flag.Int("flavour", 0, "client i uses mutexcheck.Flavours()[(flavour+i) % 3]")
 		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
 		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
+		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
 	)
 	flag.Parse()
 	hold := mutexcheck.Holder{
@@ -67,6 +68,7 @@ func main() {
 		StepEvery: *step, AcquireTimeout: *acqTimeout,
 		AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(*retry)},
 		TrustContext:   *trustCtx,
+		UseElection:    *elections,
 	}
 	flavours := mutexcheck.Flavours(*skew)
 	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
@@ -127,7 +129,8 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			LongShare: hold.LongShare, LongMin: hold.LongMin, LongMax: hold.LongMax,
 			StepEvery: hold.StepEvery, AcquireTimeout: hold.AcquireTimeout,
 			AcquireOptions: hold.AcquireOptions,
-			UseWithLock:    i%2 == 1,
+			UseWithLock:    i%2 == 1 && !hold.UseElection,
+			UseElection:    i%2 == 1 && hold.UseElection,
 			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
 		}
