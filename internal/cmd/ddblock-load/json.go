@@ -26,6 +26,11 @@ type jsonResult struct {
 	// the window, whatever their item, per second.
 	HeartbeatWritesPerS float64 `json:"heartbeat_writes_per_s"`
 	HeartbeatsFailed    int64   `json:"heartbeats_failed"`
+	// HeartbeatCallMaxMs is the window's slowest successful heartbeat
+	// call, send to reply; HeartbeatCallsSlow counts those that took
+	// over a tenth of a period.
+	HeartbeatCallMaxMs float64 `json:"heartbeat_call_max_ms"`
+	HeartbeatCallsSlow int64   `json:"heartbeat_calls_slow"`
 	// CeilingWritesPerS is the server's best rate measured by this run,
 	// 0 when it was not measured; ShareOfCeiling is 0 then too.
 	CeilingWritesPerS float64 `json:"ceiling_writes_per_s"`
@@ -85,6 +90,8 @@ func (r *scenarioResult) json(server string, lease time.Duration, tps int, ceili
 		AcquireAllS:          r.acquireTime.Seconds(),
 		HeartbeatWritesPerS:  r.rate(),
 		HeartbeatsFailed:     r.heartbeatsFailed,
+		HeartbeatCallMaxMs:   ms(r.callMax),
+		HeartbeatCallsSlow:   r.callsSlow,
 		CeilingWritesPerS:    c,
 		Rounds:               d.Rounds,
 		LateRounds:           d.LateRounds,

@@ -35,6 +35,11 @@ type recorder struct {
 	holding atomic.Bool
 
 	updatesOK, updatesFailed atomic.Int64
+	// The window's heartbeat calls, from send to reply: the longest, and
+	// how many took over a tenth of a period (a stalled server, or a
+	// client starved of CPU, both stretch the gaps by that much).
+	slowAfter             int64
+	callMaxHold, slowHold atomic.Int64
 }
 
 // track is one lock key's record. Times are nanoseconds since base on the
@@ -60,7 +65,7 @@ type track struct {
 }
 
 func newRecorder(ddb ddblock.DynamoDBAPI, pkName string, keys []string, period time.Duration) *recorder {
-	r := &recorder{DynamoDBAPI: ddb, pkName: pkName, base: time.Now(), tracks: make(map[string]*track, len(keys)), early: int64(period / 2)}
+	r := &recorder{DynamoDBAPI: ddb, pkName: pkName, base: time.Now(), tracks: make(map[string]*track, len(keys)), early: int64(period / 2), slowAfter: int64(period / 10)}
 	all := make([]track, len(keys))
 	for i, k := range keys {
 		r.tracks[k] = &all[i]
@@ -122,6 +127,8 @@ func (r *recorder) startWindow() {
 		t.beatsHold.Store(0)
 		t.earlyHold.Store(0)
 	}
+	r.callMaxHold.Store(0)
+	r.slowHold.Store(0)
 	r.holding.Store(true)
 }
 
@@ -176,6 +183,13 @@ func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 		return out, err
 	}
 	r.updatesOK.Add(1)
+	if r.holding.Load() {
+		took := r.now() - sent
+		storeMax(&r.callMaxHold, took)
+		if took > r.slowAfter {
+			r.slowHold.Add(1)
+		}
+	}
 	if t := r.track(in.Key); t != nil {
 		r.heartbeat(t, sent)
 	}

@@ -35,6 +35,8 @@ type scenarioResult struct {
 	window                time.Duration
 	heartbeatsOK          int64 // successful heartbeats of the held locks in the window
 	heartbeatsFailed      int64
+	callMax               time.Duration // the window's slowest successful heartbeat call
+	callsSlow             int64         // and those over a tenth of a period
 	statsBefore, statsEnd ddblock.Stats
 	perLockGap            durations // each lock's largest gap in the window
 	perLockGapSent        durations // the same, from send to send
@@ -249,6 +251,7 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	r.statsEnd = client.Stats()
 	r.heartbeatsOK = rec.updatesOK.Load() - ok0
 	r.heartbeatsFailed = rec.updatesFailed.Load() - failed0
+	r.callMax, r.callsSlow = time.Duration(rec.callMaxHold.Load()), rec.slowHold.Load()
 	r.heapEnd = heapAfterGC()
 	if err := writeHeap(cfg, n, "end"); err != nil {
 		return nil, err
@@ -359,8 +362,8 @@ func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
 	if c := bestCeiling(ceilings); c > 0 {
 		share = fmt.Sprintf(" = %.0f%% of the server's ceiling (%.0f/s)", 100*r.rate()/c, c)
 	}
-	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed\n",
-		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed)
+	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed; slowest call %v, %d calls over a tenth of a period\n",
+		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed, round(r.callMax), r.callsSlow)
 	fmt.Fprintf(out, "rounds:      %d in the window (Stats.Rounds; the window is %.1f periods long), %d late (Stats.LateRounds); %d heartbeats fell due while the previous was in flight (Stats.HeartbeatsSkipped); before the window (acquire and settle) %d rounds, %d late\n",
 		d.Rounds, r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped, r.statsBefore.Rounds, r.statsBefore.LateRounds)
 	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; locks ÷ rate = %v)\n",
