@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -102,6 +103,9 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 		}
 	}
 	checkKey("PartitionKey", pk, maxPartitionKeyBytes)
+	if strings.HasPrefix(pk, sessionKeyPrefix) {
+		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q are reserved for session items", sessionKeyPrefix)))
+	}
 	if !c.opts.PartitionKeyOnly {
 		checkKey("SortKey", o.SortKey, maxSortKeyBytes)
 	} else if o.SortKey != "" {
@@ -143,7 +147,11 @@ type acquisition struct {
 	// was none.
 	seen     *LockInfo
 	seenAt   time.Duration
-	attempts int
+	// For a lock attached to a session: when the last read of the
+	// session item was sent, on the monotonic and the wall clock.
+	sessionReadSent time.Duration
+	sessionReadWall time.Time
+	attempts        int
 	lastErr  error // the last attempt's transient failure, if it failed
 }
 
@@ -198,28 +206,64 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
 		if err != nil {
 			return nil, a.callError(ctx, "reading the lock", err)
 		}
-		a.observe(info)
+		if err := a.look(ctx, info); err != nil {
+			return nil, err
+		}
 		if !a.mayWrite() {
 			return nil, nil // held, and not yet silent for a whole lease
 		}
 	}
-	lock, err := a.put(ctx)
+	lock, err := a.putWithSession(ctx)
 	if lock != nil || err != nil || !a.mayWrite() {
 		return lock, err
 	}
 	// The put lost, but what it found can be taken now: the item was
 	// released, deleted, or is stale by its holder's stamp.
-	return a.put(ctx)
+	return a.putWithSession(ctx)
+}
+
+// putWithSession puts our lock; with sessions, once more should the
+// session it named end in the meantime (its item was removed, say): the
+// lock was given back at once, and goes on a new session.
+func (a *acquisition) putWithSession(ctx context.Context) (*Lock, error) {
+	for tries := 0; ; tries++ {
+		lock, err := a.put(ctx)
+		if err != errSessionEnded {
+			return lock, err
+		}
+		if tries == 2 {
+			return nil, a.fail(CodeUnknown, "the client's session kept ending while acquiring", nil)
+		}
+	}
+}
+
+// look records what a look at the table showed. For a lock attached to
+// a session it reads the session item too, after the lock item: the
+// holder creates its session before it writes a lock naming it, so a
+// session found missing then was ended or removed, not yet to come.
+func (a *acquisition) look(ctx context.Context, info *LockInfo) error {
+	if info != nil && info.Session != nil && !info.Released {
+		seen, readSent, readWall, err := a.c.readSession(ctx, info.Session.PartitionKey)
+		if err != nil {
+			return a.callError(ctx, "reading the lock's session", err)
+		}
+		info.Session.Item = seen
+		a.sessionReadSent, a.sessionReadWall = readSent, readWall
+	}
+	a.observe(info)
+	return nil
 }
 
 // observe records what a look at the table showed, here and in the
-// client's memory of observations.
+// client's memory of observations. For a lock attached to a session,
+// what is watched is the pair of the lock's version number and the
+// session's (or its absence).
 func (a *acquisition) observe(info *LockInfo) {
 	now := a.c.clock.Monotonic()
 	switch {
 	case info == nil:
 		a.seen = nil
-	case a.seen == nil || a.seen.RecordVersionNumber != info.RecordVersionNumber:
+	case a.seen == nil || watchedVersion(a.seen) != watchedVersion(info):
 		a.seen, a.seenAt = info, now
 	default:
 		a.seen = info // same version: keep the time it was first seen
@@ -231,21 +275,59 @@ func (a *acquisition) observe(info *LockInfo) {
 	}
 }
 
+// watchedVersion is what must change for a lock's holder to be alive:
+// the item's record version number, and for a lock attached to a
+// session the session item's too ("-" when there is none).
+func watchedVersion(info *LockInfo) string {
+	if info.Session == nil {
+		return info.RecordVersionNumber
+	}
+	session := "-"
+	if info.Session.Item != nil {
+		session = info.Session.Item.RecordVersionNumber
+	}
+	return info.RecordVersionNumber + " " + session
+}
+
 // mayWrite reports whether a put can succeed on what was last seen.
 func (a *acquisition) mayWrite() bool {
 	return a.seen == nil || a.seen.Released || a.expired() || a.staleByStamp()
 }
 
 // expired: the same version number has stood for the item's whole lease.
+//
+// For a lock attached to a session, the session's lease counts, and it is
+// timed up to when the last read of the session item was sent, not to
+// now: a heartbeat of the session that lands after that read, and before
+// our put, is then one that came a whole lease after the write we first
+// saw, and its holder counts its locks lost (session.go) instead of
+// carrying on with them.
 func (a *acquisition) expired() bool {
+	if s := a.seen.Session; s != nil {
+		return a.sessionReadSent-a.seenAt >= sessionLeaseOf(a.seen)
+	}
 	return a.c.clock.Monotonic()-a.seenAt >= a.seen.LeaseDuration
 }
 
-// staleByStamp: fast takeover by the holder's wall-clock stamp.
+// staleByStamp: fast takeover by the holder's wall-clock stamp. For a
+// lock attached to a session, the stamps of both items count, the later
+// one, against the wall clock when the session was last read.
 func (a *acquisition) staleByStamp() bool {
 	skew := a.c.opts.MaxClockSkew
-	return skew > 0 && !a.seen.HeartbeatTime.IsZero() &&
-		a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration+skew))
+	if skew <= 0 || a.seen.HeartbeatTime.IsZero() {
+		return false
+	}
+	if s := a.seen.Session; s != nil {
+		if s.Item == nil || s.Item.HeartbeatTime.IsZero() {
+			return false // a missing session is timed by watching
+		}
+		stamp := a.seen.HeartbeatTime
+		if s.Item.HeartbeatTime.After(stamp) {
+			stamp = s.Item.HeartbeatTime
+		}
+		return a.sessionReadWall.After(stamp.Add(sessionLeaseOf(a.seen) + skew))
+	}
+	return a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
 }
 
 // put writes our lock: a new item when none was seen, or over the seen
@@ -264,6 +346,19 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	if c.opts.MaxClockSkew > 0 {
 		info.HeartbeatTime = now
+	}
+	var sess *session
+	if c.opts.SessionLease {
+		var err error
+		if sess, err = c.liveSession(ctx); err != nil {
+			return nil, a.callError(ctx, "starting the client's session", err)
+		}
+		// Written once, never heartbeated: the lease that clients
+		// which do not know sessions read keeps them away (see
+		// session.go), and so does the TTL.
+		info.LeaseDuration = sessionLockLease
+		info.ExpiryTime = now.Add(sessionLockLease)
+		info.Session = &SessionInfo{PartitionKey: sess.pk, LeaseDuration: sess.lease}
 	}
 	// The fencing token counts acquisitions of the key. It goes on even
 	// when this client does not ask for tokens, so that no client breaks
@@ -300,7 +395,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	sent := c.clock.Monotonic()
 	_, err := c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
 	if err == nil {
-		return a.won(info, sent, takenFrom, fast)
+		return a.won(info, sess, sent, takenFrom, fast)
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
@@ -327,14 +422,13 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	if current != nil && current.RecordVersionNumber == info.RecordVersionNumber {
 		// Our own write: its reply was lost and the SDK's retry failed
 		// the condition on the item that write made.
-		return a.won(info, sent, takenFrom, fast)
+		return a.won(info, sess, sent, takenFrom, fast)
 	}
-	a.observe(current)
-	return nil, nil
+	return nil, a.look(ctx, current)
 }
 
 // won turns a successful write into a held lock.
-func (a *acquisition) won(info *LockInfo, sent time.Duration, takenFrom *LockInfo, fast bool) (*Lock, error) {
+func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, takenFrom *LockInfo, fast bool) (*Lock, error) {
 	c := a.c
 	c.observations.forget(a.id)
 	l := &Lock{
@@ -352,10 +446,15 @@ func (a *acquisition) won(info *LockInfo, sent time.Duration, takenFrom *LockInf
 		rvn:           info.RecordVersionNumber,
 		expiry:        info.ExpiryTime,
 		lastHeartbeat: sent,
+		session:       sess,
 		done:          make(chan struct{}),
 	}
-	if !c.register(l) {
+	if err := c.register(l); err != nil {
 		c.deleteIfOurs(info)
+		if err == errSessionEnded {
+			a.seen = nil // given back: try afresh, on a new session
+			return nil, err
+		}
 		return nil, a.fail(CodeClientShutdown, "the client was closed while acquiring", nil)
 	}
 	if takenFrom != nil {

@@ -53,6 +53,12 @@ type Client struct {
 
 	observations *observations
 
+	// The client's session (Options.SessionLease): the current one, and
+	// a channel closed when the start of one under way ends.
+	sessMu       sync.Mutex
+	sess         *session
+	sessStarting chan struct{}
+
 	heartbeats *heartbeater
 	monitor    *monitor
 	callbacks  *callbackPool
@@ -213,17 +219,25 @@ func (g *doneGroup) finish() {
 // Options returns the client's settings, defaults filled in.
 func (c *Client) Options() Options { return c.opts }
 
-// register adds a freshly acquired lock to the held set; it fails when
-// the client was closed meanwhile.
-func (c *Client) register(l *Lock) bool {
+// register adds a freshly acquired lock to the held set, and to the
+// heartbeats or to its session. It fails when the client was closed
+// meanwhile (CLIENT_SHUTDOWN), or with errSessionEnded when the lock's
+// session ended.
+func (c *Client) register(l *Lock) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return false
+		return ErrClientShutdown
+	}
+	if l.session != nil {
+		if !l.session.attach(l) {
+			return errSessionEnded
+		}
+	} else {
+		c.heartbeats.add(&l.sched, l, l.lastHeartbeat)
 	}
 	c.locks[l.id] = l
-	c.heartbeats.add(&l.sched, l, l.lastHeartbeat)
-	return true
+	return nil
 }
 
 // unregister drops l from the held set, if it is there.
@@ -234,7 +248,11 @@ func (c *Client) unregister(l *Lock) bool {
 		return false
 	}
 	delete(c.locks, l.id)
-	c.heartbeats.remove(&l.sched)
+	if l.session != nil {
+		l.session.detach(l)
+	} else {
+		c.heartbeats.remove(&l.sched)
+	}
 	return true
 }
 
@@ -310,6 +328,16 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 		c.abandonSends() // nothing left in flight: frees the context
 	case <-ctx.Done():
 		return c.closeGaveUp(ctx, true)
+	}
+	if releaseLocks {
+		// Its heartbeats have stopped, and its locks are given back:
+		// the session item goes too.
+		c.sessMu.Lock()
+		s := c.sess
+		c.sessMu.Unlock()
+		if s != nil {
+			s.close(ctx)
+		}
 	}
 	select {
 	case <-c.callbacks.workers.done:

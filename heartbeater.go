@@ -456,26 +456,7 @@ func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []
 	// a Close that gives up cancels it, through sendCtx.
 	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
-	hb, err := c.sendHeartbeat(ctx, l, oldRVN)
-	stolen := false
-	if err != nil && isConditionFailed(err) {
-		// Someone took the lock, or a write of ours landed without our
-		// hearing of it: this one (its reply lost and the SDK's retry
-		// failing the condition), or an earlier one. Only a read can tell.
-		info, rerr := c.readItem(ctx, l.pk, l.sk)
-		switch {
-		case rerr != nil:
-			// Unknown: treat as a failed heartbeat and try again next round.
-		case info != nil && info.RecordVersionNumber == hb.rvn:
-			err = nil
-		case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
-			// An earlier heartbeat landed: carry on from its version.
-			hb, err = c.sendHeartbeat(ctx, l, info.RecordVersionNumber)
-			stolen = err != nil && isConditionFailed(err) // taken since that read
-		default:
-			stolen = true
-		}
-	}
+	hb, err, stolen, _ := c.refreshItem(ctx, l.pk, l.sk, oldRVN, unknown, false)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hbDone = nil
@@ -529,7 +510,7 @@ type sentHeartbeat struct {
 	sent   time.Duration // monotonic
 }
 
-func (c *Client) sendHeartbeat(ctx context.Context, l *Lock, oldRVN string) (sentHeartbeat, error) {
+func (c *Client) sendHeartbeat(ctx context.Context, pk, sk, oldRVN string) (sentHeartbeat, error) {
 	now := c.clock.Now()
 	hb := sentHeartbeat{rvn: newRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
 	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
@@ -547,7 +528,7 @@ func (c *Client) sendHeartbeat(ctx context.Context, l *Lock, oldRVN string) (sen
 	hb.sent = c.clock.Monotonic()
 	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(c.opts.TableName),
-		Key:                       c.codec.key(l.pk, l.sk),
+		Key:                       c.codec.key(pk, sk),
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(condOwned),
 		ExpressionAttributeNames:  names,

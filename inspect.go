@@ -59,7 +59,32 @@ func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*Lo
 		return nil, &Error{Code: CodeLockNotFound, Message: "the lock was released", PartitionKey: partitionKey, SortKey: sortKey,
 			Err: &Error{Code: CodeLockReleased, Message: fmt.Sprintf("kept after release; fencing token %d", info.FencingToken)}}
 	}
+	if err := c.fillSession(ctx, info, nil); err != nil {
+		return nil, c.tableError(err, "reading the lock's session", partitionKey, sortKey)
+	}
 	return info, nil
+}
+
+// fillSession reads the session item of a lock attached to one into
+// info.Session.Item, through cache (session key to item) when given.
+func (c *Client) fillSession(ctx context.Context, info *LockInfo, cache map[string]*LockInfo) error {
+	if info.Session == nil || info.Released {
+		return nil
+	}
+	key := info.Session.PartitionKey
+	if item, ok := cache[key]; ok {
+		info.Session.Item = item
+		return nil
+	}
+	item, _, _, err := c.readSession(ctx, key)
+	if err != nil {
+		return err
+	}
+	info.Session.Item = item
+	if cache != nil {
+		cache[key] = item
+	}
+	return nil
 }
 
 // defaultSortKey turns an empty sort key into the client's default.
@@ -72,7 +97,9 @@ func (c *Client) defaultSortKey(sk string) string {
 
 // ListLocks returns every lock in the table, one page of a strongly
 // consistent Scan at a time; items kept after their release are left
-// out. An item that is not a lock item yields a CodeInvalidItem error and
+// out. Session items are listed too (IsSession); a lock attached to a
+// session comes with its session item as read during the listing
+// (Session.Item), one read per session. An item that is not a lock item yields a CodeInvalidItem error and
 // the listing goes on; a failed call yields its error and ends the
 // listing.
 //
@@ -135,6 +162,7 @@ type pageResult struct {
 func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.AttributeValue) (pageResult, error)) iter.Seq2[*LockInfo, error] {
 	return func(yield func(*LockInfo, error) bool) {
 		var start map[string]types.AttributeValue
+		sessions := make(map[string]*LockInfo)
 		for {
 			page, err := fetch(start)
 			if err != nil {
@@ -145,6 +173,12 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 				info, err := c.codec.decode(item)
 				if err == nil && info.Released {
 					continue
+				}
+				if err == nil {
+					if serr := c.fillSession(ctx, info, sessions); serr != nil {
+						yield(nil, c.tableError(serr, "reading a lock's session", info.PartitionKey, info.SortKey))
+						return
+					}
 				}
 				if !yield(info, err) {
 					return

@@ -31,11 +31,22 @@ const (
 	// attrHeartbeatTime: the holder's wall clock at its last write, in
 	// epoch milliseconds (N).
 	attrHeartbeatTime = "ddblock_heartbeat_ms"
+	// attrSession, on a lock attached to a session: the session item's
+	// partition key (S). See session.go.
+	attrSession = "ddblock_session"
+	// attrSessionLease, on a lock attached to a session: the session's
+	// lease in seconds (N), for a waiter that finds the session gone.
+	attrSessionLease = "ddblock_session_lease"
+	// attrIsSession: true on a session item (BOOL). An item at a session
+	// key without it was overwritten by someone else, and stands for no
+	// session.
+	attrIsSession = "ddblock_is_session"
 )
 
 func isLockAttribute(name string) bool {
 	switch name {
-	case attrOwnerName, attrLeaseDuration, attrRVN, attrFencingToken, attrReleased, attrHeartbeatTime:
+	case attrOwnerName, attrLeaseDuration, attrRVN, attrFencingToken, attrReleased, attrHeartbeatTime,
+		attrSession, attrSessionLease, attrIsSession:
 		return true
 	}
 	return false
@@ -85,6 +96,33 @@ type LockInfo struct {
 	// HeartbeatTime is the holder's wall clock at its last write, when
 	// the holder stamps it (see [Options.MaxClockSkew]); zero otherwise.
 	HeartbeatTime time.Time
+	// Session is set on a lock attached to its holder's session (see
+	// [Options.SessionLease]): the lock item is written once, and the
+	// holder keeps the session item alive instead. Nil otherwise.
+	Session *SessionInfo
+	// IsSession is true for a session item itself: the item a client
+	// with [Options.SessionLease] heartbeats for all its locks.
+	IsSession bool
+}
+
+// SessionInfo is the session a lock is attached to.
+type SessionInfo struct {
+	// PartitionKey is the session item's partition key
+	// ("ddblock_session#" and a random identifier); its sort key is
+	// [DefaultSortKey], or none on a table keyed by the partition key
+	// alone.
+	PartitionKey string
+	// LeaseDuration is the session's lease: how long others must see the
+	// session item unchanged (or gone) before taking its locks over.
+	LeaseDuration time.Duration
+	// Item is the session item as read with the lock by [Client.GetLock]
+	// and [Client.ListLocks]; nil when the session item is gone (ended,
+	// removed, or overwritten by someone else), and then the lock is free
+	// to take once a waiter has seen it so for LeaseDuration. Its
+	// RecordVersionNumber changes at every heartbeat of the holder, and
+	// its HeartbeatTime, when stamped, says when the last one was
+	// written. Always nil in the lock's own [Lock.Info].
+	Item *LockInfo
 }
 
 // ID returns Python's unique identifier of a lock:
@@ -189,6 +227,13 @@ func (c itemCodec) encode(info *LockInfo) map[string]types.AttributeValue {
 	if !info.HeartbeatTime.IsZero() {
 		item[attrHeartbeatTime] = &types.AttributeValueMemberN{Value: formatEpochMillis(info.HeartbeatTime)}
 	}
+	if info.Session != nil {
+		item[attrSession] = &types.AttributeValueMemberS{Value: info.Session.PartitionKey}
+		item[attrSessionLease] = &types.AttributeValueMemberN{Value: formatLease(info.Session.LeaseDuration)}
+	}
+	if info.IsSession {
+		item[attrIsSession] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	return item
 }
 
@@ -272,6 +317,29 @@ func (c itemCodec) decode(item map[string]types.AttributeValue) (*LockInfo, erro
 			return nil, c.invalid(item, attrHeartbeatTime, "not epoch milliseconds: "+truncate(ms, 64))
 		}
 		info.HeartbeatTime = time.UnixMilli(n)
+	}
+	if _, present := item[attrSession]; present {
+		info.Session = &SessionInfo{}
+		if err := str(attrSession, &info.Session.PartitionKey); err != nil {
+			return nil, err
+		}
+		if !isSessionKey(info.Session.PartitionKey) {
+			return nil, c.invalid(item, attrSession, "does not name a session: "+truncate(info.Session.PartitionKey, 64))
+		}
+		lease, err := num(attrSessionLease)
+		if err != nil {
+			return nil, err
+		}
+		if info.Session.LeaseDuration, ok = parseLease(lease); !ok {
+			return nil, c.invalid(item, attrSessionLease, "not a lease in seconds between 0 and one year: "+truncate(lease, 64))
+		}
+	}
+	if v, present := item[attrIsSession]; present {
+		b, ok := v.(*types.AttributeValueMemberBOOL)
+		if !ok {
+			return nil, c.invalid(item, attrIsSession, "not a boolean")
+		}
+		info.IsSession = b.Value
 	}
 	for k, v := range item {
 		if c.reserved(k) {

@@ -57,12 +57,15 @@ type Lock struct {
 	token     int64
 	takenFrom *LockInfo
 	callback  Callback
+	// session is the session the lock is attached to, nil when the lock
+	// is heartbeated on its own (see session.go).
+	session *session
 
 	mu            sync.Mutex
 	status        Status
 	rvn           string
 	expiry        time.Time
-	lastHeartbeat time.Duration // monotonic
+	lastHeartbeat time.Duration // monotonic; for a session's lock, its acquire
 	hbDone        chan struct{} // non-nil while a heartbeat is in flight
 	unknownRVNs   []string      // written by heartbeats whose outcome is unknown
 	done          chan struct{}
@@ -132,18 +135,50 @@ func (l *Lock) ExpiryTime() time.Time {
 }
 
 // LastHeartbeat returns the client's monotonic reading when the last
-// successful write (acquire or heartbeat) was sent.
+// successful write (acquire or heartbeat) was sent. For a lock attached
+// to a session, the session's heartbeats count: it is the later of the
+// lock's acquire and the session's last successful heartbeat.
 func (l *Lock) LastHeartbeat() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lastHeartbeat
+	return l.lastRefreshLocked()
+}
+
+// SessionKey returns the partition key of the session item the lock is
+// attached to (see [Options.SessionLease]), or "" for a lock heartbeated
+// on its own.
+func (l *Lock) SessionKey() string {
+	if l.session == nil {
+		return ""
+	}
+	return l.session.pk
+}
+
+// lastRefreshLocked is when the lock's last write known to have landed
+// was sent: its own, or, for a lock on a session, the session's if later.
+func (l *Lock) lastRefreshLocked() time.Duration {
+	if l.session == nil {
+		return l.lastHeartbeat
+	}
+	return max(l.lastHeartbeat, l.session.lastGoodSent())
+}
+
+// pastSafePeriodLocked reports whether the safe period has passed since
+// the lock's last refresh; a lock on a session also once it has been
+// held for a year less a lease, before anyone who reads its year-long
+// lease, or DynamoDB's TTL, may take it.
+func (l *Lock) pastSafePeriodLocked(now time.Duration) bool {
+	if now-l.lastRefreshLocked() > l.client.opts.SafePeriod {
+		return true
+	}
+	return l.session != nil && now-l.lastHeartbeat > sessionLockLease-l.session.lease
 }
 
 // Info returns a snapshot of the lock as it stands in the table.
 func (l *Lock) Info() LockInfo {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LockInfo{
+	info := LockInfo{
 		PartitionKey:         l.pk,
 		SortKey:              l.sk,
 		OwnerName:            l.owner,
@@ -152,6 +187,10 @@ func (l *Lock) Info() LockInfo {
 		ExpiryTime:           l.expiry,
 		AdditionalAttributes: maps.Clone(l.attrs),
 	}
+	if l.session != nil {
+		info.Session = &SessionInfo{PartitionKey: l.session.pk, LeaseDuration: l.session.lease}
+	}
+	return info
 }
 
 // Status returns the lock's status. It checks the clock itself, so a lock
@@ -305,8 +344,12 @@ func (l *Lock) lostAtReleaseLocked(err *Error) {
 // checkDangerLocked moves a LOCKED lock to IN_DANGER once the safe period
 // has passed since its last successful heartbeat, and reports whether it
 // did so now.
+//
+// A lock on a session goes into danger with its session: every lock on
+// it at the same check, as they share the session's last heartbeat. The
+// session logs it once, not each lock.
 func (l *Lock) checkDangerLocked(now time.Duration) bool {
-	if l.status != StatusLocked || now-l.lastHeartbeat <= l.client.opts.SafePeriod {
+	if l.status != StatusLocked || !l.pastSafePeriodLocked(now) {
 		return false
 	}
 	l.status = StatusInDanger
@@ -314,6 +357,13 @@ func (l *Lock) checkDangerLocked(now time.Duration) bool {
 	l.client.stats.inDanger.Add(1)
 	l.client.opts.Metrics.LockInDanger()
 	l.client.callbacks.enqueue(l, CodeLockInDanger)
+	if s := l.session; s != nil {
+		if !s.inDanger.Swap(true) {
+			l.client.log.Warn("ddblock: session in danger, and every lock on it", "session", s.pk,
+				"since_heartbeat", now-s.lastGoodSent(), "safe_period", l.client.opts.SafePeriod)
+		}
+		return true
+	}
 	l.client.log.Warn("ddblock: lock in danger", "key", l.pk, "sort_key", l.sk,
 		"since_heartbeat", now-l.lastHeartbeat, "safe_period", l.client.opts.SafePeriod)
 	return true

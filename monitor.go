@@ -44,7 +44,7 @@ func (m *monitor) check() time.Duration {
 		l.mu.Lock()
 		l.checkDangerLocked(now)
 		if l.status == StatusLocked {
-			wait = min(wait, l.lastHeartbeat+c.opts.SafePeriod-now+time.Nanosecond)
+			wait = min(wait, l.lastRefreshLocked()+c.opts.SafePeriod-now+time.Nanosecond)
 		}
 		l.mu.Unlock()
 	}

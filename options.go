@@ -116,6 +116,19 @@ type Options struct {
 	// without a stamp (Python's, or from clients without this option) are
 	// still timed by watching their version number. Default 0: off.
 	MaxClockSkew time.Duration
+	// SessionLease attaches every lock the client takes to one session
+	// item, which the client heartbeats alone, once a period, whatever
+	// the number of locks: one write a period per client, not one per
+	// lock (as etcd leases and ZooKeeper sessions do). A lock item is then
+	// written once, at its acquire, naming the session; other ddblock
+	// clients take it over only after the session item, or its absence,
+	// has stood unchanged for the session's lease (LeaseDuration). If the
+	// session goes into danger, so does every lock on it; if it is lost,
+	// so is every lock on it. Locks with and without sessions share a
+	// table. For tables that only ddblock clients use:
+	// python_dynamodb_lock sees a session's lock as held for a year (see
+	// doc/migrating-from-python.md). Default false.
+	SessionLease bool
 	// MaxObservations bounds how many held-by-others locks the client
 	// remembers between calls (the version number seen and when), so that
 	// a later AcquireLock or TryAcquireLock can take over a stale lock
@@ -203,6 +216,11 @@ func WithKeepReleasedItems(keep bool) Option {
 
 // WithMaxClockSkew sets [Options.MaxClockSkew].
 func WithMaxClockSkew(d time.Duration) Option { return func(o *Options) { o.MaxClockSkew = d } }
+
+// WithSessionLease sets [Options.SessionLease]: the client's locks are
+// kept alive by one session item, one heartbeat write a period per
+// client.
+func WithSessionLease() Option { return func(o *Options) { o.SessionLease = true } }
 
 // WithMaxObservations sets [Options.MaxObservations].
 func WithMaxObservations(n int) Option { return func(o *Options) { o.MaxObservations = n } }

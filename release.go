@@ -3,6 +3,7 @@ package ddblock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 
@@ -231,6 +232,13 @@ func isTableNotFound(err error) bool {
 // returns CodeLockNotFound when there is no item.
 //
 // The holder, if alive, learns of it at its next heartbeat (LOCK_STOLEN).
+//
+// A lock attached to a session (see [Options.SessionLease]) is never
+// heartbeated on its own, so its holder would not learn of a forced
+// release: while its session item is there, ForceRelease refuses with
+// CodeLockHeld, naming the session item's key and version number. Force
+// the session item's release first (its holder then learns at its next
+// session heartbeat that every lock on it is lost), then the lock's.
 func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, recordVersionNumber string) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -243,6 +251,17 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	counted := false
 	if info, err := c.readItem(ctx, partitionKey, sortKey); err == nil && info != nil {
 		counted = info.FencingToken > 0
+		if info.RecordVersionNumber == recordVersionNumber && info.Session != nil && !info.Released {
+			if err := c.fillSession(ctx, info, nil); err != nil {
+				return c.tableError(err, "reading the lock's session", partitionKey, sortKey)
+			}
+			if s := info.Session.Item; s != nil {
+				return &Error{Code: CodeLockHeld, PartitionKey: partitionKey, SortKey: sortKey,
+					Message: fmt.Sprintf("the lock is attached to session %q of owner %q, whose item is there (version %q): "+
+						"its holder would not learn of a forced release; force the session item's release first",
+						s.PartitionKey, s.OwnerName, s.RecordVersionNumber)}
+			}
+		}
 	}
 	err := c.giveBack(ctx, partitionKey, sortKey, recordVersionNumber, counted)
 	switch {

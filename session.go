@@ -1,0 +1,459 @@
+package ddblock
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// Session leases (Options.SessionLease).
+//
+// A client with sessions keeps one session item in the lock table and
+// heartbeats it alone, once a period, whatever the number of locks it
+// holds. Each lock it takes is written once, naming the session
+// (attrSession), and is never rewritten until its release.
+//
+// The rules that keep two holders apart:
+//
+//   - The holder creates its session item before it writes any lock
+//     naming it, and never writes a session item with a key used before.
+//     So a waiter that reads a lock item and then finds its session item
+//     missing knows the session ended, or was removed: it cannot be one
+//     that is still to come.
+//   - A waiter watches the pair (the lock's version number, the
+//     session's version number or its absence) and takes the lock over
+//     only after the pair stood unchanged for the session's lease on its
+//     own monotonic clock, timed from the first read that showed the pair
+//     to the sending of the last read of the session, with a put
+//     conditioned on the lock item's version number: a lock released and
+//     taken again meanwhile is never stolen.
+//   - The holder counts its locks safe for the safe period after the
+//     later of the lock's own write and the session's last heartbeat known
+//     to have landed (sent, on its monotonic clock).
+//   - A session heartbeat that lands a whole lease or more after the
+//     previous landed write was sent may come after a waiter's takeover:
+//     the holder then counts every lock of the session lost (LOCK_STOLEN),
+//     ends the session and starts a new one for its next locks. Below a
+//     lease no waiter can have seen the session unchanged for a lease, so
+//     a lock in danger recovers.
+//   - A session item removed or overwritten by someone else (its
+//     heartbeat's condition fails and the item is gone or not ours) ends
+//     the session the same way, at the heartbeat that finds it, which
+//     comes before the safe period of any lock on it has passed.
+//
+// A client that does not know sessions (python_dynamodb_lock) reads the
+// lease in the lock item, sessionLockLease, and waits that long on it.
+
+const (
+	// sessionKeyPrefix starts every session item's partition key; lock
+	// keys may not start with it.
+	sessionKeyPrefix = "ddblock_session#"
+	// sessionLockLease is the lease written into a lock attached to a
+	// session, and how far ahead its TTL goes: a year, the longest lease
+	// this library reads. python_dynamodb_lock waits that long on a
+	// silent lock before taking it over; DynamoDB's TTL removes an
+	// abandoned one after it. The holder counts a lock it has held for a
+	// year less a lease as in danger, so neither can surprise it.
+	sessionLockLease = maxLease
+)
+
+func isSessionKey(pk string) bool {
+	return strings.HasPrefix(pk, sessionKeyPrefix) && len(pk) > len(sessionKeyPrefix)
+}
+
+// errSessionEnded is put's answer when the session it wrote the lock
+// under ended before the lock could be attached: the lock was given back
+// and the acquire tries again, on a new session.
+var errSessionEnded = errors.New("ddblock: the session ended while acquiring")
+
+// session is a client's session item and the locks attached to it.
+type session struct {
+	c      *Client
+	pk, sk string
+	lease  time.Duration
+
+	// The heartbeat scheduler's record of the session, guarded by the
+	// scheduler's mutex.
+	sched schedEntry
+
+	// lastGood is when the last write of the session item known to have
+	// landed (its creation or a heartbeat) was sent, on the monotonic
+	// clock. Only the session's heartbeat (one at a time) writes it;
+	// every lock's danger check reads it.
+	lastGood atomic.Int64
+	// inDanger is set by the first of its locks found in danger, so that
+	// the session's next successful heartbeat looks for locks to recover,
+	// and the danger is logged once for the session, not once per lock.
+	inDanger atomic.Bool
+
+	mu          sync.Mutex
+	rvn         string
+	unknownRVNs []string // written by heartbeats whose outcome is unknown
+	hbDone      chan struct{}
+	ended       bool
+	locks       map[*Lock]struct{}
+}
+
+func (s *session) lastGoodSent() time.Duration { return time.Duration(s.lastGood.Load()) }
+
+// sessionLeaseOf is the lease a waiter times a session lock by: the one
+// the lock names, or the session item's own if longer.
+func sessionLeaseOf(info *LockInfo) time.Duration {
+	lease := info.Session.LeaseDuration
+	if item := info.Session.Item; item != nil {
+		lease = max(lease, item.LeaseDuration)
+	}
+	return lease
+}
+
+// liveSession returns the client's session, starting one if there is
+// none or the last one ended. Concurrent acquires wait for one start.
+func (c *Client) liveSession(ctx context.Context) (*session, error) {
+	for {
+		c.sessMu.Lock()
+		if s := c.sess; s != nil && !s.isEnded() {
+			c.sessMu.Unlock()
+			return s, nil
+		}
+		if starting := c.sessStarting; starting != nil {
+			c.sessMu.Unlock()
+			select {
+			case <-starting:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		starting := make(chan struct{})
+		c.sessStarting = starting
+		c.sessMu.Unlock()
+
+		s, err := c.startSession(ctx)
+
+		c.sessMu.Lock()
+		c.sessStarting = nil
+		if err == nil {
+			c.sess = s
+		}
+		c.sessMu.Unlock()
+		close(starting)
+		return s, err
+	}
+}
+
+func (s *session) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+// startSession creates a session item under a fresh random key, with a
+// put conditioned on there being none, and schedules its heartbeats.
+func (c *Client) startSession(ctx context.Context) (*session, error) {
+	s := &session{
+		c:     c,
+		pk:    sessionKeyPrefix + hex.EncodeToString(newUUID4()),
+		sk:    c.defaultSortKey(""),
+		lease: c.opts.LeaseDuration,
+		locks: make(map[*Lock]struct{}),
+	}
+	now := c.clock.Now()
+	info := &LockInfo{
+		PartitionKey:        s.pk,
+		SortKey:             s.sk,
+		OwnerName:           c.opts.OwnerName,
+		LeaseDuration:       s.lease,
+		RecordVersionNumber: newRecordVersionNumber(),
+		ExpiryTime:          now.Add(c.opts.ExpiryPeriod),
+		IsSession:           true,
+	}
+	if c.opts.MaxClockSkew > 0 {
+		info.HeartbeatTime = now
+	}
+	sent := c.clock.Monotonic()
+	_, err := c.ddb.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(c.opts.TableName),
+		Item:                     c.codec.encode(info),
+		ConditionExpression:      aws.String(condNew),
+		ExpressionAttributeNames: map[string]string{namePK: c.opts.PartitionKeyName},
+	}, c.throttleWatch("PutItem")...)
+	if err != nil && isConditionFailed(err) {
+		// The key is fresh and random: an item there is our own put,
+		// whose reply was lost and whose retry by the SDK then failed.
+		if cur, rerr := c.readItem(ctx, s.pk, s.sk); rerr == nil && cur != nil && cur.RecordVersionNumber == info.RecordVersionNumber {
+			err = nil
+		}
+	}
+	if err != nil {
+		if outcomeUnknown(err) || isConditionFailed(err) {
+			s.rvn = info.RecordVersionNumber
+			s.deleteItem(context.WithoutCancel(ctx))
+		}
+		return nil, err
+	}
+	s.rvn = info.RecordVersionNumber
+	s.lastGood.Store(int64(sent))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.deleteItem(context.WithoutCancel(ctx))
+		return nil, &Error{Code: CodeClientShutdown, Message: "the client was closed while starting its session"}
+	}
+	c.heartbeats.add(&s.sched, s, sent)
+	c.mu.Unlock()
+	c.log.Info("ddblock: session started", "session", s.pk, "lease", s.lease)
+	return s, nil
+}
+
+// attach adds a freshly acquired lock; false when the session ended.
+func (s *session) attach(l *Lock) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.locks[l] = struct{}{}
+	return true
+}
+
+// detach drops a released or lost lock.
+func (s *session) detach(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.locks, l)
+}
+
+// prepareHeartbeat makes the session's next heartbeat, unless it ended.
+func (s *session) prepareHeartbeat(ctx context.Context) func() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil
+	}
+	done := make(chan struct{})
+	s.hbDone = done
+	oldRVN, unknown := s.rvn, slices.Clone(s.unknownRVNs)
+	return func() time.Duration {
+		defer close(done)
+		s.heartbeat(oldRVN, unknown)
+		return s.lastGoodSent()
+	}
+}
+
+// heartbeat refreshes the session item, as a lock's heartbeat refreshes
+// a lock item, and carries the outcome over to every lock on it.
+func (s *session) heartbeat(oldRVN string, unknown []string) {
+	c := s.c
+	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
+	defer cancel()
+	last := s.lastGoodSent()
+	hb, err, lost, found := c.refreshItem(ctx, s.pk, s.sk, oldRVN, unknown, true)
+	reply := c.clock.Monotonic()
+	c.opts.Metrics.HeartbeatFinished(hb.sent-last, s.lease, err)
+	s.mu.Lock()
+	s.hbDone = nil
+	switch {
+	case err == nil:
+		s.rvn = hb.rvn
+		s.unknownRVNs = s.unknownRVNs[:0]
+		s.mu.Unlock()
+		c.stats.heartbeatsSent.Add(1)
+		if reply-last >= s.lease {
+			// Landed a whole lease after the last landed write was sent:
+			// a waiter may have seen the session unchanged for its lease
+			// and taken locks over.
+			s.end(fmt.Sprintf("the session went %v without a heartbeat landing, its whole lease: others may have taken its locks", reply-last), true)
+			return
+		}
+		s.lastGood.Store(int64(hb.sent))
+		s.recover()
+	case lost:
+		s.mu.Unlock()
+		c.stats.heartbeatsFailed.Add(1)
+		why := "the session item was removed by someone else"
+		if found != nil {
+			why = "the session item was overwritten by someone else (owner " + found.OwnerName + ")"
+		}
+		s.end(why, false)
+	default:
+		if outcomeUnknown(err) {
+			if len(s.unknownRVNs) == maxUnknownHeartbeats {
+				s.unknownRVNs = append(s.unknownRVNs[:0], s.unknownRVNs[1:]...)
+			}
+			s.unknownRVNs = append(s.unknownRVNs, hb.rvn)
+		}
+		s.mu.Unlock()
+		c.stats.heartbeatsFailed.Add(1)
+		c.log.Warn("ddblock: session heartbeat failed", "session", s.pk, "err", err)
+	}
+}
+
+// recover brings the session's locks in danger back to LOCKED after a
+// successful heartbeat.
+func (s *session) recover() {
+	if !s.inDanger.Swap(false) {
+		return
+	}
+	c := s.c
+	now := c.clock.Monotonic()
+	recovered := 0
+	for _, l := range s.attached() {
+		l.mu.Lock()
+		if l.status == StatusInDanger && !l.pastSafePeriodLocked(now) {
+			l.status = StatusLocked
+			c.stats.recovered.Add(1)
+			c.opts.Metrics.LockRecovered()
+			c.callbacks.enqueue(l, CodeLockRecovered)
+			recovered++
+		}
+		l.mu.Unlock()
+	}
+	c.log.Info("ddblock: session recovered from danger", "session", s.pk, "locks_recovered", recovered)
+}
+
+func (s *session) attached() []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Lock, 0, len(s.locks))
+	for l := range s.locks {
+		out = append(out, l)
+	}
+	return out
+}
+
+// end ends a session that was lost: every lock on it is lost
+// (LOCK_STOLEN), and the client's next lock goes on a new session. With
+// deleteItem the session item, still ours, is deleted, so that waiters
+// on its locks see it gone and take them over after a lease, rather than
+// wait on a session that is alive but holds nothing.
+func (s *session) end(why string, deleteItem bool) {
+	c := s.c
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	locks := make([]*Lock, 0, len(s.locks))
+	for l := range s.locks {
+		locks = append(locks, l)
+	}
+	s.mu.Unlock()
+	c.heartbeats.remove(&s.sched)
+	for _, l := range locks {
+		l.mu.Lock()
+		if l.heldLocked() {
+			l.status = StatusInvalid
+			l.finishLocked(l.lockError(CodeLockStolen, why, nil))
+			c.unregister(l)
+			c.stats.stolen.Add(1)
+			c.opts.Metrics.LockStolen()
+			c.callbacks.enqueue(l, CodeLockStolen)
+		}
+		l.mu.Unlock()
+	}
+	c.log.Warn("ddblock: session lost, and with it its locks", "session", s.pk, "locks", len(locks), "why", why)
+	if deleteItem {
+		s.deleteItem(c.sendCtx)
+	}
+}
+
+// close ends the session at the client's Close, once no lock is left on
+// it: its item is deleted, best effort. A session that still has locks
+// (kept by Close without releaseLocks) is left to run out: it is no
+// longer heartbeated, and waiters take its locks over after its lease.
+func (s *session) close(ctx context.Context) {
+	s.mu.Lock()
+	if s.ended || len(s.locks) > 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.mu.Unlock()
+	s.deleteItem(ctx)
+}
+
+// deleteItem deletes the session item if it still carries our version
+// number (or one a heartbeat of unknown outcome may have written), best
+// effort, within the heartbeat timeout.
+func (s *session) deleteItem(ctx context.Context) {
+	c := s.c
+	ctx, cancel := context.WithTimeout(ctx, c.opts.HeartbeatTimeout)
+	defer cancel()
+	s.mu.Lock()
+	versions := append([]string{s.rvn}, s.unknownRVNs...)
+	s.mu.Unlock()
+	for _, rvn := range versions {
+		err := c.deleteItem(ctx, s.pk, s.sk, rvn)
+		if err == nil {
+			return
+		}
+		if !isConditionFailed(err) {
+			c.log.Warn("ddblock: could not delete the session item; it expires by its TTL", "session", s.pk, "err", err)
+			return
+		}
+	}
+}
+
+// readSession reads the session item at pk with a strongly consistent
+// GetItem, and says when the read was sent (monotonic and wall clock).
+// The item is nil when there is none, or when what is there is not a
+// session item: overwritten by someone else, it stands for no session.
+func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, sent time.Duration, sentWall time.Time, err error) {
+	sentWall, sent = c.clock.Now(), c.clock.Monotonic()
+	item, err = c.readItem(ctx, pk, c.defaultSortKey(""))
+	if CodeOf(err) == CodeInvalidItem {
+		item, err = nil, nil
+	}
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
+	if item != nil && (!item.IsSession || item.Released) {
+		item = nil
+	}
+	return item, sent, sentWall, nil
+}
+
+// refreshItem sends one heartbeat: a conditional update of the item's
+// record version number and TTL. unknown lists version numbers written
+// by earlier heartbeats whose outcome is unknown (a timeout, a dropped
+// connection): any of them may be in the table. lost reports that the
+// item is someone else's now, or gone (found is then what is there, or
+// nil); a session item counts as someone else's once it lacks the
+// session mark.
+func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
+	hb, err = c.sendHeartbeat(ctx, pk, sk, oldRVN)
+	if err == nil || !isConditionFailed(err) {
+		return hb, err, false, nil
+	}
+	// Someone took the item, or a write of ours landed without our
+	// hearing of it: this one (its reply lost and the SDK's retry failing
+	// the condition), or an earlier one. Only a read can tell.
+	info, rerr := c.readItem(ctx, pk, sk)
+	switch {
+	case rerr != nil && isSession && CodeOf(rerr) == CodeInvalidItem:
+		return hb, err, true, nil // not a lock item any more: not ours
+	case rerr != nil:
+		return hb, err, false, nil // unknown: a failed heartbeat, tried again
+	case info != nil && isSession && !info.IsSession:
+		return hb, err, true, info
+	case info != nil && info.RecordVersionNumber == hb.rvn:
+		return hb, nil, false, nil
+	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
+		// An earlier heartbeat landed: carry on from its version.
+		hb, err = c.sendHeartbeat(ctx, pk, sk, info.RecordVersionNumber)
+		return hb, err, err != nil && isConditionFailed(err), nil // taken since that read
+	default:
+		return hb, err, true, info
+	}
+}
+
