@@ -29,7 +29,9 @@ func TestRunSlotsAtMostN(t *testing.T) {
 	whos := []string{"A", "B", "C", "D", "E"}
 	var procs []*proc
 	for _, who := range whos {
-		args := append(slices.Clone(timingFlags), "--slots", "2", "--owner", "owner-"+who, "--wait", "50s", "pool", "--")
+		// A lease longer than timingFlags': five runs starting at once
+		// keep a server busy, and a slow heartbeat must not end a run.
+		args := append([]string{"--lease", "6s", "--heartbeat", "500ms"}, "--slots", "2", "--owner", "owner-"+who, "--wait", "50s", "pool", "--")
 		procs = append(procs, f.start("run", append(args, slotCommand(t, who, lines, slots, 15)...)...))
 	}
 	for i, p := range procs {
