@@ -142,8 +142,10 @@ type Report struct {
 	// Limits is the most holders allowed at once per semaphore group,
 	// PeakHolders the most that worked at once, and LimitViolations
 	// every stretch with more than the limit working; it must be empty.
+	// SlotTenures counts the working tenures of limited groups' slots.
 	Limits          map[string]int
 	PeakHolders     map[string]int
+	SlotTenures     int
 	LimitViolations []LimitViolation
 	// Problems lists inconsistent records (a step outside its tenure, an
 	// unknown tenure), which point at a harness bug.
@@ -319,6 +321,7 @@ func (r *Report) checkLimits(byKey map[string][]*Tenure) {
 		}
 		for _, t := range ts {
 			if t.Steps > 0 {
+				r.SlotTenures++
 				edges[group] = append(edges[group], edge{t.First, true, t}, edge{t.Last, false, t})
 			}
 		}
@@ -391,7 +394,8 @@ func (r Report) Summary() string {
 		for _, g := range slices.Sorted(maps.Keys(r.Limits)) {
 			parts = append(parts, fmt.Sprintf("%s %d of %d", g, r.PeakHolders[g], r.Limits[g]))
 		}
-		fmt.Fprintf(&b, "semaphores, most holders at once: %s; OVER THE LIMIT %d\n", strings.Join(parts, ", "), len(r.LimitViolations))
+		fmt.Fprintf(&b, "semaphores: %d working tenures of their slots; most holders at once: %s; OVER THE LIMIT %d\n",
+			r.SlotTenures, strings.Join(parts, ", "), len(r.LimitViolations))
 	}
 	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
 	return b.String()

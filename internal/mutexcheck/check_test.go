@@ -197,8 +197,8 @@ func TestCheckSemaphoreLimit(t *testing.T) {
 	if len(r.LimitViolations) != 0 || len(r.Violations) != 0 || len(r.Problems) != 0 {
 		t.Fatalf("limit violations %v, violations %v, problems %v; want none", r.LimitViolations, r.Violations, r.Problems)
 	}
-	if r.Limits["s"] != 2 || r.PeakHolders["s"] != 2 || len(r.Limits) != 1 {
-		t.Errorf("limits %v, peaks %v; want s: 2 of 2", r.Limits, r.PeakHolders)
+	if r.Limits["s"] != 2 || r.PeakHolders["s"] != 2 || len(r.Limits) != 1 || r.SlotTenures != 4 {
+		t.Errorf("limits %v, peaks %v, slot tenures %d; want s: 2 of 2, 4 tenures", r.Limits, r.PeakHolders, r.SlotTenures)
 	}
 
 	// The negative control: a third holder on a third slot while two
