@@ -145,14 +145,14 @@ type acquisition struct {
 	// What the last look at the table showed: an item with this record
 	// version number, first seen at seenAt (monotonic); nil when there
 	// was none.
-	seen     *LockInfo
-	seenAt   time.Duration
+	seen   *LockInfo
+	seenAt time.Duration
 	// For a lock attached to a session: when the last read of the
 	// session item was sent, on the monotonic and the wall clock.
 	sessionReadSent time.Duration
 	sessionReadWall time.Time
 	attempts        int
-	lastErr  error // the last attempt's transient failure, if it failed
+	lastErr         error // the last attempt's transient failure, if it failed
 }
 
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {

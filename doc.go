@@ -45,6 +45,14 @@
 // stays closed: work that stopped must be restarted deliberately, under a
 // fresh check of [Lock.Status].
 //
+// # Elections and semaphores
+//
+// [Client.NewElection] gives a leader election under one name, and
+// [Client.NewSemaphore] a counting semaphore: at most N holders of a name
+// at once, each holding one of its N slots. Both are built of ordinary
+// lock items, so a leadership and a held slot are locks in every respect;
+// see doc/election.md.
+//
 // # Background work
 //
 // A client runs a fixed set of goroutines, whatever the number of locks:

@@ -56,6 +56,9 @@ const (
 	// CodeTableMismatch: the table exists but its key schema differs from
 	// the client's settings.
 	CodeTableMismatch Code = "TABLE_MISMATCH"
+	// CodeSemaphoreMismatch: a semaphore's metadata item holds another
+	// number of slots than the one asked for (see [Semaphore]).
+	CodeSemaphoreMismatch Code = "SEMAPHORE_MISMATCH"
 	// CodeTTLUnsupported: the server does not implement UpdateTimeToLive.
 	// The table was created and is usable; expired items are not cleaned
 	// up by the server.
@@ -143,6 +146,8 @@ var (
 	ErrTableNotFound   = &Error{Code: CodeTableNotFound}
 	ErrTableMismatch   = &Error{Code: CodeTableMismatch}
 	ErrTTLUnsupported  = &Error{Code: CodeTTLUnsupported}
+
+	ErrSemaphoreMismatch = &Error{Code: CodeSemaphoreMismatch}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when

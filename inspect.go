@@ -96,10 +96,12 @@ func (c *Client) defaultSortKey(sk string) string {
 }
 
 // ListLocks returns every lock in the table, one page of a strongly
-// consistent Scan at a time; items kept after their release are left
-// out. Session items are listed too (IsSession); a lock attached to a
-// session comes with its session item as read during the listing
-// (Session.Item), one read per session. An item that is not a lock item yields a CodeInvalidItem error and
+// consistent Scan at a time; items kept after their release, and
+// semaphores' metadata items (which are not locks), are left out.
+// Session items are listed too (IsSession); a lock attached to a session
+// comes with its session item as read during the listing (Session.Item),
+// one read per session. An item that is not a lock item yields a
+// CodeInvalidItem error and
 // the listing goes on; a failed call yields its error and ends the
 // listing.
 //
@@ -170,6 +172,9 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 				return
 			}
 			for _, item := range page.items {
+				if isSemaphoreMeta(item) {
+					continue // a semaphore's number of slots, not a lock
+				}
 				info, err := c.codec.decode(item)
 				if err == nil && info.Released {
 					continue

@@ -456,4 +456,3 @@ func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown
 		return hb, err, true, info
 	}
 }
-

@@ -632,4 +632,3 @@ func TestSessionKeysReserved(t *testing.T) {
 		t.Errorf("AcquireLock on a session key: %v; want INVALID_ARGUMENT on PartitionKey", err)
 	}
 }
-

@@ -57,7 +57,10 @@ type chaosConfig struct {
 	// TrustContext makes the workers' WithLock holders check only their
 	// function's context (see mutexcheck.Holder.TrustContext).
 	PausesOnly, TrustContext bool
-	Seed                     uint64
+	// SemaphoreSlots, when positive, makes some holders take the keys as
+	// semaphores of that many slots (see semaphore_test.go).
+	SemaphoreSlots int
+	Seed           uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
@@ -248,6 +251,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	for _, p := range rep.Problems {
 		t.Errorf("inconsistent record: %s", p)
 	}
+	for _, v := range rep.LimitViolations {
+		t.Errorf("MORE HOLDERS THAN SLOTS: %s", v)
+	}
 	for _, v := range rep.FencingViolations {
 		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
 	}
@@ -277,6 +283,9 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)},
 			UseWithLock:    i%4 == 1,
 			UseElection:    i%4 == 3,
+			UseSemaphore:   c.cfg.SemaphoreSlots > 0 && i%4 == 2,
+			Slots:          c.cfg.SemaphoreSlots,
+			DirectSlots:    c.cfg.SemaphoreSlots,
 			Seed:           c.cfg.Seed + uint64(i*1000+gen),
 		}
 		if err := h.Run(ctx); err != nil {
@@ -486,15 +495,16 @@ func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
 			t.Errorf("a lock item left after the run does not read: %v", err)
 			continue
 		}
-		if !slices.Contains(c.keys, info.PartitionKey) || info.SortKey != ddblock.DefaultSortKey {
+		if !slices.Contains(c.keys, info.PartitionKey) || !slices.Contains(c.sortKeys(), info.SortKey) {
 			t.Errorf("unexpected item %+v", info)
 		}
 		if !info.Released {
 			left++
 		}
 	}
-	for _, key := range c.keys {
-		lock, err := fresh.AcquireLock(ctx, key, ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
+	for _, lk := range c.lockKeys() {
+		key := lk.log
+		lock, err := fresh.AcquireLock(ctx, lk.pk, ddblock.WithSortKey(lk.sk), ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
 		if err != nil {
 			t.Errorf("after the run, %s could not be acquired: %v", key, err)
 			continue
@@ -557,6 +567,7 @@ func (w *workerSlot) start() {
 		fmt.Sprintf("-trust-context=%v", cfg.TrustContext),
 		// Every other worker's odd clients campaign in elections.
 		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
+		"-semaphore-slots", fmt.Sprint(cfg.SemaphoreSlots),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
 	stdin, err := cmd.StdinPipe()

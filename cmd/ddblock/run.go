@@ -29,6 +29,15 @@ tries once. A holder that died is taken over once its lease has passed
 without a heartbeat, so give --wait at least the holder's lease (the
 default) if crashed holders must not block later runs.
 
+With --slots N, KEY names a counting semaphore of N slots instead: ddblock
+waits for any free slot of KEY and runs COMMAND while holding it, so that
+at most N commands run at once under KEY across every host. A slot is an
+ordinary lock (sort key slot-I under KEY; partition key KEY#slot-I with
+--partition-key-only), guarded, heartbeated and released as above, and
+DDBLOCK_SLOT gives COMMAND its index, 0 to N-1. Every run on KEY must
+give the same N: the first writes it in the table, and a run with
+another N is refused with exit status 78.
+
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
@@ -38,6 +47,7 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_FENCING_TOKEN           the lock's fencing token, if it has one
   DDBLOCK_TAKEN_OVER_FROM         the owner of the lock item taken over from
                                   a holder presumed dead; unset otherwise
+  DDBLOCK_SLOT                    with --slots, the slot held (0 to N-1)
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
 
@@ -59,10 +69,12 @@ and the lease, so that COMMAND is stopped before anyone else can take the
 lock.
 
 Exit statuses: COMMAND's (128+N when killed by signal N); 75 the lock was
-not acquired within --wait; 76 the lock was lost while COMMAND ran; 126
-COMMAND cannot be run; 127 COMMAND was not found; 64 usage; 69 DynamoDB
-unavailable; 70 internal error (the guard died); 78 the table's keys are
-not the ones configured; 128+N interrupted by signal N while waiting.`
+not acquired within --wait (with --slots: no slot was free); 76 the lock
+was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
+found; 64 usage; 69 DynamoDB unavailable; 70 internal error (the guard
+died); 78 the table's keys are not the ones configured, or --slots differs
+from the semaphore's number of slots; 128+N interrupted by signal N while
+waiting.`
 
 // forwardedSignals are passed to the command; while ddblock waits for the
 // lock they end the wait instead.
@@ -128,6 +140,10 @@ type runner struct {
 	lease   time.Duration
 	attrs   map[string]types.AttributeValue
 	sigs    chan os.Signal
+	// slots, when positive, makes KEY a semaphore of that many slots,
+	// sem; the lock is then one of its slots.
+	slots int
+	sem   *ddblock.Semaphore
 }
 
 func cmdRun(ctx context.Context, env *environ, args []string) error {
@@ -151,6 +167,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.BoolVar(&fencing, "fencing-token", false, "write a fencing token with the lock and give it to the command as\nDDBLOCK_FENCING_TOKEN (released items then stay in the table, marked released)")
 	f.DurationVar(&maxSkew, "max-clock-skew", 0, "take over a crashed holder's lock as soon as its wall-clock stamp plus its\nlease plus this has passed, instead of watching it for a whole lease; and\nstamp this lock so others can do the same. Safe only if no two hosts'\nclocks differ by more (0: off)")
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
+	f.IntVar(&r.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY: at most N commands at once\n(0: KEY is a plain lock)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
 		return err
@@ -161,6 +178,14 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	}
 	if err := r.conn.check(); err != nil {
 		return err
+	}
+	if f.isSet("slots") {
+		if r.slots < 1 || r.slots > ddblock.MaxSemaphoreSlots {
+			return usageError("--slots must be from 1 to %d, got %d", ddblock.MaxSemaphoreSlots, r.slots)
+		}
+		if f.isSet("sort-key") {
+			return usageError("--sort-key does not apply with --slots: the semaphore names its slots' keys")
+		}
 	}
 	if r.sortKey, err = r.conn.lockKey(r.key, r.sortKey); err != nil {
 		return err
@@ -230,6 +255,11 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		return err
 	}
 	defer closeClient(r.client)
+	if r.slots > 0 {
+		if r.sem, err = r.client.NewSemaphore(r.key, r.slots); err != nil {
+			return r.acquireError(err)
+		}
+	}
 
 	lock, err := r.acquire(ctx)
 	if err != nil {
@@ -259,7 +289,7 @@ func (r *runner) acquire(ctx context.Context) (*ddblock.Lock, error) {
 		if res := <-done; res.lock != nil {
 			r.release(res.lock, false)
 		}
-		return nil, fail(signalStatus(sig), "interrupted by %v while waiting for lock %s", sig, lockName(r.key, r.sortKey))
+		return nil, fail(signalStatus(sig), "interrupted by %v while waiting for lock %s", sig, r.name())
 	}
 }
 
@@ -267,15 +297,15 @@ func (r *runner) acquire(ctx context.Context) (*ddblock.Lock, error) {
 // for it up to --wait.
 func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	start := time.Now()
-	acquireOpts := func(wait time.Duration) []ddblock.AcquireOption {
-		return []ddblock.AcquireOption{
-			ddblock.WithSortKey(r.sortKey),
-			ddblock.WithRetryTimeout(wait),
-			ddblock.WithAdditionalAttributes(r.attrs),
+	take := func(wait time.Duration) (*ddblock.Lock, error) {
+		opts := []ddblock.AcquireOption{ddblock.WithRetryTimeout(wait), ddblock.WithAdditionalAttributes(r.attrs)}
+		if r.sem != nil {
+			return r.sem.Acquire(ctx, opts...)
 		}
+		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKey(r.sortKey))...)
 	}
-	name := lockName(r.key, r.sortKey)
-	lock, err := r.client.AcquireLock(ctx, r.key, acquireOpts(0)...)
+	name := r.name()
+	lock, err := take(0)
 	holder := "someone else"
 	switch {
 	case err == nil:
@@ -308,7 +338,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		defer close(reported)
 		r.reportHolders(reportCtx, holder, start)
 	}()
-	lock, err = r.client.AcquireLock(ctx, r.key, acquireOpts(max(r.wait-time.Since(start), 0))...)
+	lock, err = take(max(r.wait-time.Since(start), 0))
 	stopReports()
 	<-reported
 	if err == nil {
@@ -325,8 +355,30 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	return nil, r.acquireError(err)
 }
 
+// name is what messages call the lock: the key, or the semaphore.
+func (r *runner) name() string {
+	if r.sem != nil {
+		return fmt.Sprintf("%s (semaphore of %d slots)", strconv.Quote(r.key), r.slots)
+	}
+	return lockName(r.key, r.sortKey)
+}
+
 // holder describes who holds the lock now.
 func (r *runner) holder(ctx context.Context) (string, error) {
+	if r.sem != nil {
+		held, err := r.sem.Holders(ctx)
+		if err != nil {
+			return "", err
+		}
+		if len(held) == 0 {
+			return "nobody any more (a slot was just released)", nil
+		}
+		owners := make([]string, len(held))
+		for i, info := range held {
+			owners[i] = describe(info)
+		}
+		return strings.Join(owners, ", "), nil
+	}
 	info, err := r.client.GetLock(ctx, r.key, r.sortKey)
 	if errors.Is(err, ddblock.ErrLockNotFound) {
 		return "nobody any more (it was just released)", nil
@@ -357,7 +409,7 @@ func (r *runner) reportHolders(ctx context.Context, last string, start time.Time
 		}
 		last = now
 		fmt.Fprintf(r.env.stderr, "ddblock run: still waiting after %v; lock %s is now held by %s\n",
-			time.Since(start).Round(time.Second), lockName(r.key, r.sortKey), now)
+			time.Since(start).Round(time.Second), r.name(), now)
 	}
 }
 
@@ -385,6 +437,12 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 		// The previous holder died holding the lock: the command may need
 		// to clean up after it.
 		env = append(env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
+	}
+	if r.sem != nil {
+		slot, _ := r.sem.SlotOf(lock)
+		env = append(env, "DDBLOCK_SLOT="+strconv.Itoa(slot))
+		// From here on, messages name the slot's own lock.
+		r.key, r.sortKey = lock.PartitionKey(), lock.SortKey()
 	}
 	// The lock is safe until its last successful write's send time plus
 	// the safe period: the library's own rule for danger, on the clock

@@ -23,6 +23,13 @@
 // Where tenures carry fencing tokens, the tokens of one key must grow
 // strictly from one tenure to the next, in the order the tenures worked.
 //
+// Keys of the form "GROUP/slot-I" are the slots of a counting semaphore
+// GROUP. When a log declares a limit N for GROUP ([Log.Limit]), at no
+// moment may more than N tenures of its slots be working: the working
+// intervals [first step, last step] of the group's tenures are swept in
+// time order, and every stretch with more than N of them open is
+// reported. The per-key rule still holds for each slot.
+//
 // Timestamps come from CLOCK_MONOTONIC on Linux, which every process of a
 // machine shares, so logs from several processes can be compared.
 package mutexcheck
@@ -132,15 +139,55 @@ type Report struct {
 	FencingViolations []Violation
 	// MaxToken is the greatest fencing token seen per key.
 	MaxToken map[string]int64
+	// Limits is the most holders allowed at once per semaphore group,
+	// PeakHolders the most that worked at once, and LimitViolations
+	// every stretch with more than the limit working; it must be empty.
+	// SlotTenures counts the working tenures of limited groups' slots.
+	Limits          map[string]int
+	PeakHolders     map[string]int
+	SlotTenures     int
+	LimitViolations []LimitViolation
 	// Problems lists inconsistent records (a step outside its tenure, an
 	// unknown tenure), which point at a harness bug.
 	Problems []string
 }
 
+// LimitViolation is a moment at which more tenures of a semaphore group
+// worked than its limit allows.
+type LimitViolation struct {
+	Group string
+	Limit int
+	// At is the first step that went over the limit; Working are the
+	// tenures working at that moment, that step's included.
+	At      int64
+	Working []Tenure
+}
+
+// String describes the violation and every tenure in it.
+func (v LimitViolation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "group %q: %d holders at %d, limit %d", v.Group, len(v.Working), v.At, v.Limit)
+	for _, t := range v.Working {
+		fmt.Fprintf(&b, "\n  %s", t)
+	}
+	return b.String()
+}
+
+// SlotGroup returns the semaphore group of a key "GROUP/slot-I", and
+// whether the key is a slot.
+func SlotGroup(key string) (string, bool) {
+	i := strings.LastIndex(key, "/slot-")
+	if i <= 0 {
+		return "", false
+	}
+	return key[:i], true
+}
+
 // Check reads the events of every log of a run and checks mutual
-// exclusion per key.
+// exclusion per key, and the limit of every semaphore group.
 func Check(events []Event) Report {
-	r := Report{Ends: map[string]int{}, Failures: map[string]int{}, MaxToken: map[string]int64{}, MinTakeoverGap: -1}
+	r := Report{Ends: map[string]int{}, Failures: map[string]int{}, MaxToken: map[string]int64{}, MinTakeoverGap: -1,
+		Limits: map[string]int{}, PeakHolders: map[string]int{}}
 	tenures := map[string]*Tenure{}
 	for _, ev := range events {
 		switch ev.Kind {
@@ -180,6 +227,11 @@ func Check(events []Event) Report {
 				continue
 			}
 			t.Released = ev.Note
+		case Limit:
+			if n, ok := r.Limits[ev.Key]; ok && n != int(ev.Token) {
+				r.Problems = append(r.Problems, fmt.Sprintf("group %s declared with limits %d and %d", ev.Key, n, ev.Token))
+			}
+			r.Limits[ev.Key] = int(ev.Token)
 		case Failure:
 			r.Failures[ev.Key+" "+ev.Note]++
 			if ev.Note == CodeUnclear {
@@ -246,7 +298,75 @@ func Check(events []Event) Report {
 			}
 		}
 	}
+	r.checkLimits(byKey)
 	return r
+}
+
+// checkLimits sweeps each limited group's working intervals in time
+// order and reports every stretch with more holders than the limit.
+func (r *Report) checkLimits(byKey map[string][]*Tenure) {
+	type edge struct {
+		t     int64
+		start bool
+		ten   *Tenure
+	}
+	edges := map[string][]edge{}
+	for key, ts := range byKey {
+		group, ok := SlotGroup(key)
+		if !ok {
+			continue
+		}
+		if _, limited := r.Limits[group]; !limited {
+			continue
+		}
+		for _, t := range ts {
+			if t.Steps > 0 {
+				r.SlotTenures++
+				edges[group] = append(edges[group], edge{t.First, true, t}, edge{t.Last, false, t})
+			}
+		}
+	}
+	for _, group := range slices.Sorted(maps.Keys(edges)) {
+		es := edges[group]
+		// Intervals are closed: at equal times a start comes before an
+		// end, so that touching intervals count as overlapping.
+		slices.SortFunc(es, func(a, b edge) int {
+			if c := cmp.Compare(a.t, b.t); c != 0 {
+				return c
+			}
+			switch {
+			case a.start == b.start:
+				return 0
+			case a.start:
+				return -1
+			default:
+				return 1
+			}
+		})
+		limit := r.Limits[group]
+		open := map[*Tenure]bool{}
+		over := false
+		for _, e := range es {
+			if !e.start {
+				delete(open, e.ten)
+				if len(open) <= limit {
+					over = false
+				}
+				continue
+			}
+			open[e.ten] = true
+			r.PeakHolders[group] = max(r.PeakHolders[group], len(open))
+			if len(open) > limit && !over {
+				over = true
+				v := LimitViolation{Group: group, Limit: limit, At: e.t}
+				for t := range open {
+					v.Working = append(v.Working, *t)
+				}
+				slices.SortFunc(v.Working, func(a, b Tenure) int { return cmp.Compare(a.First, b.First) })
+				r.LimitViolations = append(r.LimitViolations, v)
+			}
+		}
+	}
 }
 
 // CodeUnclear is the code a holder logs for a failure that is not a
@@ -269,6 +389,14 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "failed calls: %s\n", formatCounts(r.Failures))
 	fmt.Fprintf(&b, "releases that said LOCK_STOLEN right after a tenure ended by choice: %d\n", r.StolenAfterDone)
 	fmt.Fprintf(&b, "tenures with a fencing token %d, tokens out of order %d\n", r.Fenced, len(r.FencingViolations))
+	if len(r.Limits) > 0 {
+		parts := make([]string, 0, len(r.Limits))
+		for _, g := range slices.Sorted(maps.Keys(r.Limits)) {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", g, r.PeakHolders[g], r.Limits[g]))
+		}
+		fmt.Fprintf(&b, "semaphores: %d working tenures of their slots; most holders at once: %s; OVER THE LIMIT %d\n",
+			r.SlotTenures, strings.Join(parts, ", "), len(r.LimitViolations))
+	}
 	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
 	return b.String()
 }

@@ -70,6 +70,8 @@ func TestCheckDisjointTenures(t *testing.T) {
 		Takeovers: 1, MinTakeoverGap: 200,
 		Ends:            map[string]int{"done": 2, "LOCK_IN_DANGER": 2, "killed": 1},
 		MaxToken:        map[string]int64{"k": 0, "other": 0},
+		Limits:          map[string]int{},
+		PeakHolders:     map[string]int{},
 		StolenAfterDone: 1,
 		Failures:        map[string]int{"acquire ACQUIRE_TIMEOUT": 1},
 	}
@@ -171,5 +173,79 @@ func TestCheckFencingTokens(t *testing.T) {
 	}
 	if len(r.FencingViolations) != 1 || r.FencingViolations[0].A.ID != "c#1" || r.FencingViolations[0].B.ID != "d#1" {
 		t.Errorf("fencing violations = %v, want c#1 then d#1", r.FencingViolations)
+	}
+}
+
+// A semaphore's limit: N holders of distinct slots at once pass; one
+// more, even on a slot of its own (so that no key has two holders), is
+// caught, once per stretch over the limit; a group with no declared
+// limit is not counted.
+func TestCheckSemaphoreLimit(t *testing.T) {
+	events := logOf(t, func(l *Log) {
+		l.Limit("a", "s", 1, 2)
+		l.Limit("b", "s", 1, 2) // declared by every holder, the same
+		tenure(l, "a#1", "s/slot-0", "done", 10, 20, 30)
+		tenure(l, "b#1", "s/slot-1", "done", 15, 25)
+		tenure(l, "c#1", "s/slot-1", "done", 30, 40) // b's slot, after b: 2 at once
+		tenure(l, "d#1", "s/slot-2", "done", 60, 70) // alone
+		// Unlimited group: any number at once.
+		tenure(l, "e#1", "free/slot-0", "done", 10, 20)
+		tenure(l, "f#1", "free/slot-1", "done", 10, 20)
+		tenure(l, "g#1", "free/slot-2", "done", 10, 20)
+	})
+	r := Check(events)
+	if len(r.LimitViolations) != 0 || len(r.Violations) != 0 || len(r.Problems) != 0 {
+		t.Fatalf("limit violations %v, violations %v, problems %v; want none", r.LimitViolations, r.Violations, r.Problems)
+	}
+	if r.Limits["s"] != 2 || r.PeakHolders["s"] != 2 || len(r.Limits) != 1 || r.SlotTenures != 4 {
+		t.Errorf("limits %v, peaks %v, slot tenures %d; want s: 2 of 2, 4 tenures", r.Limits, r.PeakHolders, r.SlotTenures)
+	}
+
+	// The negative control: a third holder on a third slot while two
+	// work; and, later, a third that starts the instant another's last
+	// step was taken (closed intervals touch).
+	events = logOf(t, func(l *Log) {
+		l.Limit("a", "s", 1, 2)
+		tenure(l, "a#1", "s/slot-0", "done", 10, 50)
+		tenure(l, "b#1", "s/slot-1", "done", 20, 30)
+		tenure(l, "x#1", "s/slot-2", "done", 25, 26) // the third at once
+		tenure(l, "b#2", "s/slot-1", "done", 100, 110)
+		tenure(l, "a#2", "s/slot-0", "done", 105, 120)
+		tenure(l, "y#1", "s/slot-2", "done", 110, 115) // touches b#2's last step
+	})
+	r = Check(events)
+	if len(r.Violations) != 0 {
+		t.Fatalf("per-key violations %v; the slots were never shared", r.Violations)
+	}
+	if len(r.LimitViolations) != 2 || r.PeakHolders["s"] != 3 {
+		t.Fatalf("limit violations %d (%v), peak %d; want 2 stretches of 3 holders", len(r.LimitViolations), r.LimitViolations, r.PeakHolders["s"])
+	}
+	v := r.LimitViolations[0]
+	var ids []string
+	for _, w := range v.Working {
+		ids = append(ids, w.ID)
+	}
+	if v.Group != "s" || v.Limit != 2 || v.At != 25 || strings.Join(ids, ",") != "a#1,b#1,x#1" {
+		t.Errorf("first violation: %s", v)
+	}
+	if v := r.LimitViolations[1]; v.At != 110 || len(v.Working) != 3 {
+		t.Errorf("second violation: %s", v)
+	}
+	if !strings.Contains(r.Summary(), "s 3 of 2; OVER THE LIMIT 2") {
+		t.Errorf("summary:\n%s", r.Summary())
+	}
+
+	events = logOf(t, func(l *Log) {
+		l.Limit("a", "s", 1, 2)
+		l.Limit("b", "s", 1, 3)
+	})
+	if r := Check(events); len(r.Problems) != 1 {
+		t.Errorf("two limits for one group: problems %v", r.Problems)
+	}
+	if g, ok := SlotGroup("jobs/slot-3"); !ok || g != "jobs" {
+		t.Errorf("SlotGroup = %q, %v", g, ok)
+	}
+	if _, ok := SlotGroup("key-0"); ok {
+		t.Error("a plain key is a slot")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/ddblock/ddblock"
@@ -47,6 +48,18 @@ type Holder struct {
 	// works under the leadership (checking Lock.Err() and the
 	// leadership's context at each step) and resigns.
 	UseElection bool
+	// UseSemaphore takes each key as the name of a semaphore of Slots
+	// slots: it acquires a slot (Semaphore.Acquire, with AcquireTimeout
+	// as the context's deadline), works under it as under any lock, and
+	// releases it. Its tenures' keys are "KEY/slot-I", and it declares
+	// the limit (Log.Limit) so that Check counts the holders of each key.
+	UseSemaphore bool
+	Slots        int
+	// DirectSlots, for a holder of none of the modes above, makes a
+	// quarter of its tenures take one of a key's first DirectSlots slots
+	// with AcquireLock on the slot's own key, as a python_dynamodb_lock
+	// client would: the semaphore's holders must count it.
+	DirectSlots int
 	// TrustContext, with UseWithLock, checks only the function's context
 	// at each step, not Lock.Err(): it shows whether the context alone is
 	// a safe guard (it is cancelled by the client's monitor, which may
@@ -55,16 +68,18 @@ type Holder struct {
 	// Seed seeds the holder's random choices.
 	Seed uint64
 
-	rng     *rand.Rand
-	tenures int
+	rng      *rand.Rand
+	tenures  int
+	declared map[string]bool // the groups whose limit is logged
 }
 
 // Run contends until ctx ends or the holder's client is closed. It
 // returns nil then; any other end is a bug it reports.
 func (h *Holder) Run(ctx context.Context) error {
 	if h.Client == nil || h.Log == nil || len(h.Keys) == 0 || h.HoldMax < h.HoldMin || h.StepEvery <= 0 ||
-		h.LongShare < 0 || h.LongShare > 1 || (h.LongShare > 0 && h.LongMax < h.LongMin) {
-		return errors.New("mutexcheck: Holder needs a Client, a Log, Keys, HoldMin <= HoldMax, LongMin <= LongMax, a LongShare in [0, 1] and a positive StepEvery")
+		h.LongShare < 0 || h.LongShare > 1 || (h.LongShare > 0 && h.LongMax < h.LongMin) ||
+		(h.UseSemaphore && h.Slots < 1) || h.DirectSlots < 0 {
+		return errors.New("mutexcheck: Holder needs a Client, a Log, Keys, HoldMin <= HoldMax, LongMin <= LongMax, a LongShare in [0, 1], a positive StepEvery, and positive Slots with UseSemaphore")
 	}
 	h.rng = rand.New(rand.NewPCG(h.Seed, uint64(len(h.ID))))
 	for ctx.Err() == nil {
@@ -79,6 +94,8 @@ func (h *Holder) Run(ctx context.Context) error {
 		}
 		var closed bool
 		switch {
+		case h.UseSemaphore:
+			closed = h.roundSemaphore(ctx, key, hold)
 		case h.UseElection:
 			closed = h.roundElection(ctx, key, hold)
 		case h.UseWithLock:
@@ -96,8 +113,19 @@ func (h *Holder) Run(ctx context.Context) error {
 // round is one acquire, tenure and release; true when the client is
 // closed.
 func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool {
+	opts := h.AcquireOptions
+	if h.DirectSlots > 0 && h.rng.IntN(4) == 0 {
+		slot := fmt.Sprintf("slot-%d", h.rng.IntN(h.DirectSlots))
+		opts = append(slices.Clone(opts), ddblock.WithSortKey(slot))
+		return h.roundOn(ctx, key, key+"/"+slot, opts, hold)
+	}
+	return h.roundOn(ctx, key, key, opts, hold)
+}
+
+// roundOn is round on the lock of partition key pk, logged as logKey.
+func (h *Holder) roundOn(ctx context.Context, pk, key string, opts []ddblock.AcquireOption, hold time.Duration) bool {
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
-	lock, err := h.Client.AcquireLock(actx, key, h.AcquireOptions...)
+	lock, err := h.Client.AcquireLock(actx, pk, opts...)
 	cancel()
 	if err != nil {
 		return h.failed("acquire", err)
@@ -117,6 +145,46 @@ func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool
 	} else if reason := ddblock.CodeOf(lock.Err()); reason != ddblock.CodeLockReleased {
 		// Release does nothing to a lock that was not held any more
 		// (stolen, or its client closed), and says nil.
+		outcome = "not-held-" + string(reason)
+	}
+	h.Log.Released(tenure, Now(), outcome)
+	return false
+}
+
+// roundSemaphore is one slot's acquire, tenure and release; true when
+// the client is closed.
+func (h *Holder) roundSemaphore(ctx context.Context, key string, hold time.Duration) bool {
+	sem, err := h.Client.NewSemaphore(key, h.Slots)
+	if err != nil {
+		return h.failed("acquire", err)
+	}
+	if h.declared == nil {
+		h.declared = map[string]bool{}
+	}
+	if !h.declared[key] {
+		h.declared[key] = true
+		h.Log.Limit(h.ID, key, Now(), h.Slots)
+	}
+	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	lock, err := sem.Acquire(actx, h.AcquireOptions...)
+	cancel()
+	if err != nil {
+		return h.failed("acquire", err)
+	}
+	slot, ok := sem.SlotOf(lock)
+	if !ok {
+		h.Log.Failure(h.ID, "acquire", Now(), CodeUnclear, "Semaphore.Acquire returned a lock that is not one of its slots: "+lock.ID())
+		return false
+	}
+	tenure := h.work(ctx, nil, lock, fmt.Sprintf("%s/slot-%d", key, slot), hold)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), h.AcquireTimeout)
+	err = lock.Release(rctx, ddblock.WithBestEffort(false))
+	rcancel()
+	outcome := "ok"
+	if err != nil {
+		h.failed("release", err)
+		outcome = string(ddblock.CodeOf(err))
+	} else if reason := ddblock.CodeOf(lock.Err()); reason != ddblock.CodeLockReleased {
 		outcome = "not-held-" + string(reason)
 	}
 	h.Log.Released(tenure, Now(), outcome)

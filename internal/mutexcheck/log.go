@@ -33,6 +33,10 @@ const (
 	// Failure: a call failed; Tenure names the holder, Key the call
 	// ("acquire", "release"), Note the error code, Detail the message.
 	Failure EventKind = 'F'
+	// Limit: the locks of a group (the keys "GROUP/slot-I", a
+	// semaphore's slots) may have at most Token holders at once; Key is
+	// the group, Tenure the holder that says so.
+	Limit EventKind = 'L'
 )
 
 // Event is one line of a holder's log.
@@ -108,6 +112,12 @@ func (l *Log) Failure(holder, op string, t int64, code, detail string) {
 	l.write(fmt.Sprintf("F %s %s %d %s %s\n", word(holder), word(op), t, word(code), detail))
 }
 
+// Limit records that the group's slots (keys "group/slot-I") may have at
+// most n holders at once.
+func (l *Log) Limit(holder, group string, t int64, n int) {
+	l.write(fmt.Sprintf("L %s %s %d %d\n", word(holder), word(group), t, n))
+}
+
 // word keeps a name on one field of a line.
 func word(s string) string {
 	if s == "" {
@@ -143,7 +153,7 @@ func parseLine(line string) (Event, error) {
 		return Event{}, errors.New("no event kind")
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
-	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5}[ev.Kind]
+	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
 	}
@@ -169,6 +179,13 @@ func parseLine(line string) (Event, error) {
 	case Failure:
 		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[4]
 		ev.Detail = strings.Join(f[5:], " ")
+	case Limit:
+		ev.Tenure, ev.Key, tField = f[1], f[2], f[3]
+		n, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil || n < 1 {
+			return Event{}, fmt.Errorf("limit %q: want a positive number", f[4])
+		}
+		ev.Token = n
 	}
 	t, err := strconv.ParseInt(tField, 10, 64)
 	if err != nil {

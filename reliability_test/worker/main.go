@@ -60,6 +60,7 @@ func main() {
 		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
 		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
 		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
+		semSlots   = flag.Int("semaphore-slots", 0, "when positive, even clients take the keys as semaphores of this many slots")
 	)
 	flag.Parse()
 	hold := mutexcheck.Holder{
@@ -69,6 +70,7 @@ func main() {
 		AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(*retry)},
 		TrustContext:   *trustCtx,
 		UseElection:    *elections,
+		Slots:          *semSlots,
 	}
 	flavours := mutexcheck.Flavours(*skew)
 	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
@@ -131,6 +133,8 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			AcquireOptions: hold.AcquireOptions,
 			UseWithLock:    i%2 == 1 && !hold.UseElection,
 			UseElection:    i%2 == 1 && hold.UseElection,
+			UseSemaphore:   i%2 == 0 && hold.Slots > 0,
+			Slots:          hold.Slots,
 			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
 		}

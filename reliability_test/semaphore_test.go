@@ -1,0 +1,181 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/mutexcheck"
+)
+
+// lockKey is one lock the run may have left behind: its key, and its
+// name in the event logs.
+type lockKey struct{ pk, sk, log string }
+
+// sortKeys are the sort keys a run writes under each key: the plain
+// lock's, and with semaphores each slot's.
+func (c *chaos) sortKeys() []string {
+	sks := []string{ddblock.DefaultSortKey}
+	for i := range c.cfg.SemaphoreSlots {
+		sks = append(sks, fmt.Sprintf("slot-%d", i))
+	}
+	return sks
+}
+
+// lockKeys are every lock of the run: each key's plain lock, and with
+// semaphores each slot, logged as "KEY/slot-I".
+func (c *chaos) lockKeys() []lockKey {
+	var out []lockKey
+	for _, key := range c.keys {
+		for _, sk := range c.sortKeys() {
+			log := key
+			if sk != ddblock.DefaultSortKey {
+				log = key + "/" + sk
+			}
+			out = append(out, lockKey{key, sk, log})
+		}
+	}
+	return out
+}
+
+// semaphoreChaos is the checker's set-up with semaphores in the mix: two
+// names of two slots each, contended by semaphore holders in every
+// flavour (in-process slots 2 and 6; the workers' even clients), by
+// plain holders that take a slot's key directly as a Python client
+// would (in-process slots 0 and 4), and by WithLock holders and
+// elections on the same names' plain locks, under faults, kills, pauses
+// and abandoned clients.
+func semaphoreChaos(d time.Duration) chaosConfig {
+	cfg := defaultChaos(d)
+	cfg.Keys = 2
+	cfg.SemaphoreSlots = 2
+	cfg.InProcess = 8
+	cfg.ClientsPerWorker = 4
+	return cfg
+}
+
+// Never more than N holders of a semaphore, never two of one slot, and
+// never two leaders, with everything at once. runChaos fails the test on
+// any violation of either kind.
+func TestMutualExclusionWithSemaphores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	res := runChaos(t, semaphoreChaos(20*time.Second))
+	t.Logf("\n%s", res.Summary())
+	rep := res.Report
+	if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
+		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
+			res.faults(), res.Kills, res.Pauses, res.Abandons)
+	}
+	if len(rep.Limits) != res.Config.Keys {
+		t.Errorf("limits declared for %v; want every key as a semaphore", rep.Limits)
+	}
+	// The limit is only tested if it was reached: both slots of a name
+	// worked at once.
+	for _, group := range []string{"key-0", "key-1"} {
+		if rep.PeakHolders[group] < 2 {
+			t.Errorf("semaphore %s never had two holders at once (peak %d): the run did not reach the limit", group, rep.PeakHolders[group])
+		}
+	}
+	if rep.Handoffs < 50 || rep.Takeovers == 0 {
+		t.Errorf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers)
+	}
+}
+
+// TestSemaphoreSoak is the long run with semaphores and elections,
+// recorded in doc/reliability.md:
+//
+//	go test ./reliability_test -run TestSemaphoreSoak -soak=5m -v -timeout 0
+func TestSemaphoreSoak(t *testing.T) {
+	if *soakFor <= 0 {
+		t.Skip("set -soak=5m to run the soak")
+	}
+	res := runChaos(t, semaphoreChaos(*soakFor))
+	fmt.Printf("\n=== ddblock reliability soak with semaphores ===\n%s\n", res.Summary())
+}
+
+// The limit check must be able to fail, with real locks: two holders take
+// both slots of a 2-slot semaphore, and a third that ignores the limit
+// (it takes a third slot's key directly, as a client that believed in 3
+// slots and skipped the check would) works beside them; the checker
+// reports it. A careful third, asking the semaphore with 3 slots, is
+// refused with SEMAPHORE_MISMATCH and never works.
+func TestCheckerCatchesHolderOverLimit(t *testing.T) {
+	for _, careful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
+			var buf bytes.Buffer
+			log := mutexcheck.NewLog(&buf)
+			steps := func(id string, lock *ddblock.Lock) {
+				for range 5 {
+					t0 := mutexcheck.Now()
+					if lock.Err() != nil {
+						t.Fatalf("%s lost its lock: %v", id, lock.Err())
+					}
+					log.Step(id, t0)
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			work := func(id string, lock *ddblock.Lock, key string) {
+				log.Acquired(id, key, mutexcheck.Now(), lock.RecordVersionNumber(), lock.FencingToken(), "")
+				steps(id, lock)
+			}
+			var held []*ddblock.Lock
+			for _, id := range []string{"a", "b"} {
+				c := e.client(e.direct, append(opts, ddblock.WithOwnerName(id))...)
+				sem, err := c.NewSemaphore("s", 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				log.Limit(id, "s", mutexcheck.Now(), 2)
+				lock, err := sem.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot, _ := sem.SlotOf(lock)
+				work(id+"#1", lock, fmt.Sprintf("s/slot-%d", slot))
+				held = append(held, lock)
+			}
+			x := e.client(e.direct, append(opts, ddblock.WithOwnerName("x"))...)
+			if careful {
+				sem, err := x.NewSemaphore("s", 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sem.TryAcquire(ctx); !errors.Is(err, ddblock.ErrSemaphoreMismatch) {
+					t.Fatalf("a third asking for 3 slots: %v; want SEMAPHORE_MISMATCH", err)
+				}
+			} else {
+				lock, err := x.AcquireLock(ctx, "s", ddblock.WithSortKey("slot-2"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				work("x#1", lock, "s/slot-2")
+			}
+			for i, lock := range held {
+				steps(fmt.Sprintf("%c#1", 'a'+i), lock) // a and b work on while x works
+			}
+			events, err := mutexcheck.Parse(bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := mutexcheck.Check(events)
+			if len(rep.Violations) != 0 || len(rep.Problems) != 0 {
+				t.Errorf("per-key violations %v, problems %v: no slot was shared", rep.Violations, rep.Problems)
+			}
+			if careful && (len(rep.LimitViolations) != 0 || rep.PeakHolders["s"] != 2) {
+				t.Errorf("careful: %v, peak %d", rep.LimitViolations, rep.PeakHolders["s"])
+			}
+			if !careful && (len(rep.LimitViolations) != 1 || rep.PeakHolders["s"] != 3) {
+				t.Errorf("the checker missed a third holder of a 2-slot semaphore:\n%s", rep.Summary())
+			}
+		})
+	}
+}
