@@ -283,7 +283,10 @@ func (sa *semaphoreAcquire) attempt(ctx context.Context) (*Lock, error) {
 	for k := range s.slots {
 		i := (first + k) % s.slots
 		a := sa.slotAcquisition(i)
-		a.observe(view.slots[i])
+		// A slot on a session is watched with its session item.
+		if err := a.look(ctx, view.slots[i]); err != nil {
+			return nil, err
+		}
 		switch {
 		case a.seen == nil || a.seen.Released:
 			free = append(free, a)
@@ -292,11 +295,11 @@ func (sa *semaphoreAcquire) attempt(ctx context.Context) (*Lock, error) {
 		}
 	}
 	for _, a := range append(free, stale...) {
-		lock, err := a.put(ctx)
+		lock, err := a.putWithSession(ctx)
 		if lock == nil && err == nil && a.mayWrite() {
 			// Lost, but what the put found can be taken now (released
 			// or deleted meanwhile), as AcquireLock does.
-			lock, err = a.put(ctx)
+			lock, err = a.putWithSession(ctx)
 		}
 		if lock != nil || err != nil {
 			return lock, err

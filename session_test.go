@@ -632,3 +632,47 @@ func TestSessionKeysReserved(t *testing.T) {
 		t.Errorf("AcquireLock on a session key: %v; want INVALID_ARGUMENT on PartitionKey", err)
 	}
 }
+
+// A semaphore slot held on a session is watched with its session: a
+// waiter takes it over once the dead holder's session stood unchanged
+// for its lease, with a Query and a session read a retry, and one write.
+func TestSessionSemaphoreSlotTakeover(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dead := e.client(ddblock.WithClock(fakeClock()), ddblock.WithSessionLease(), ddblock.WithOwnerName("dead"),
+		ddblock.WithLeaseDuration(10*time.Second), ddblock.WithSafePeriod(8*time.Second), ddblock.WithHeartbeatPeriod(2*time.Second))
+	held, err := semaphoreOf(t, dead, "one", 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.SessionKey() == "" {
+		t.Fatal("the slot is not on the holder's session")
+	}
+	clk := fakeClock()
+	calls := queryCounting{newCounting(e.ddb)}
+	puts := &putClock{DynamoDBAPI: calls, clk: clk}
+	waiter := e.clientOn(puts, ddblock.WithClock(clk), ddblock.WithOwnerName("waiter"))
+	s := semaphoreOf(t, waiter, "one", 1)
+	const retry = 700 * time.Millisecond
+	start := clk.Monotonic()
+	done := make(chan struct{})
+	var lock *ddblock.Lock
+	go func() {
+		defer close(done)
+		lock, err = s.Acquire(ctx, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+	}()
+	stepUntil(t, clk, 2, done, time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if took := puts.lastPut() - start; took < 10*time.Second || took > 10*time.Second+2*retry {
+		t.Errorf("took over after %v of fake time; want within [10s, 10s+%v]", took, 2*retry)
+	}
+	if from := lock.TakenOverFrom(); from == nil || from.Session == nil || from.Session.PartitionKey != held.SessionKey() {
+		t.Errorf("TakenOverFrom = %+v; want the dead session's slot", from)
+	}
+	c := calls.snapshot()
+	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != c["Query"] {
+		t.Errorf("calls = %v; want one put, and a Query and a session read per retry", c)
+	}
+}
