@@ -386,7 +386,7 @@ func (c *pyClient) acquireLock(ctx context.Context, pk string, o pyAcquireOption
 				lastVersionFetchTime = time.Now()
 				return errWaiting
 			}
-			if time.Since(lastVersionFetchTime).Seconds() > existing.LeaseDuration {
+			if pyLeaseRunOut(time.Since(lastVersionFetchTime), existing) {
 				if err := c.overwriteExistingLockInDynamoDB(ctx, &newLock.base, lastRVN); err != nil {
 					return err
 				}
@@ -421,6 +421,15 @@ func (c *pyClient) acquireLock(ctx context.Context, pk string, o pyAcquireOption
 }
 
 var errWaiting = errors.New("lock held by another client")
+
+// pyLeaseRunOut is acquire_lock's takeover rule: the same record version
+// number has stood for longer than the lease the item states, in seconds
+// as a float, timed since it was first seen on the monotonic clock.
+// Python knows no other rule (no session, no stamp, no expiry), so a test
+// can ask it what Python decides after any wait without living through it.
+func pyLeaseRunOut(sinceFirstSeen time.Duration, existing *pyBaseLock) bool {
+	return sinceFirstSeen.Seconds() > existing.LeaseDuration
+}
 
 func (c *pyClient) hold(l *pyLock) {
 	l.threadLock.Lock()
