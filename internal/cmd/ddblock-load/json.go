@@ -11,21 +11,27 @@ import (
 // every name is settled: later scenarios (a session holding the locks,
 // say) fill the same fields rather than new ones.
 type jsonResult struct {
-	Server      string  `json:"server"` // dynalite, dynamodb-local, or external (--endpoint)
-	Locks       int     `json:"locks"`
-	PeriodS     float64 `json:"period_s"`
-	SafeS       float64 `json:"safe_s"`
-	LeaseS      float64 `json:"lease_s"`
-	Session     bool    `json:"session"` // whether a session item stood in for the locks' own heartbeats; always false so far
+	Server  string  `json:"server"` // dynalite, dynamodb-local, or external (--endpoint)
+	Locks   int     `json:"locks"`
+	PeriodS float64 `json:"period_s"`
+	SafeS   float64 `json:"safe_s"`
+	LeaseS  float64 `json:"lease_s"`
+	// Session is whether a session item stood in for the locks' own
+	// heartbeats (--session). The heartbeat and gap fields then describe
+	// that item's writes: each lock's gap is its session's, and its first
+	// gap runs from its acquire to the first session write sent after it.
+	Session     bool    `json:"session"`
 	Concurrency int     `json:"heartbeat_concurrency"`
 	TPS         int     `json:"heartbeat_tps"`
 	WindowS     float64 `json:"window_s"`
 
 	AcquireAllS float64 `json:"acquire_all_s"` // acquiring every lock, --acquire-workers at a time
-	// HeartbeatWritesPerS counts the successful heartbeat UpdateItems of
-	// the window, whatever their item, per second.
+	// HeartbeatWritesPerS counts the heartbeat UpdateItems of the window,
+	// successful or failed (each is a write the table is billed for),
+	// whatever their item, per second: the locks' own, or with --session
+	// the session item's.
 	HeartbeatWritesPerS float64 `json:"heartbeat_writes_per_s"`
-	HeartbeatsFailed    int64   `json:"heartbeats_failed"`
+	HeartbeatsFailed    int64   `json:"heartbeats_failed"` // of those, the failed ones (a count)
 	// HeartbeatCallMaxMs is the window's slowest successful heartbeat
 	// call, send to reply; HeartbeatCallsSlow counts those that took
 	// over a tenth of a period.
@@ -85,10 +91,10 @@ func (r *scenarioResult) json(server string, lease time.Duration, tps int, ceili
 	c := bestCeiling(ceilings)
 	j := jsonResult{
 		Server: server,
-		Locks:  r.locks, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
+		Locks:  r.locks, Session: r.session, PeriodS: r.period.Seconds(), SafeS: r.safe.Seconds(), LeaseS: lease.Seconds(),
 		Concurrency: r.concurrency, TPS: tps, WindowS: r.window.Seconds(),
 		AcquireAllS:          r.acquireTime.Seconds(),
-		HeartbeatWritesPerS:  r.rate(),
+		HeartbeatWritesPerS:  float64(r.heartbeatsOK+r.heartbeatsFailed) / r.window.Seconds(),
 		HeartbeatsFailed:     r.heartbeatsFailed,
 		HeartbeatCallMaxMs:   ms(r.callMax),
 		HeartbeatCallsSlow:   r.callsSlow,

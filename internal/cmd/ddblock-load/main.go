@@ -26,6 +26,11 @@
 //     held lock, the probe's acquire latency, and the CPU used by the
 //     client, the server and the rest of the machine.
 //
+// With --session the client holds its locks through one session item
+// (ddblock.WithSessionLease): the locks are written once and only the
+// session item is heartbeated, so the heartbeat figures are the session
+// item's, and each lock's gaps are those of its session's heartbeats.
+//
 // Examples (see doc/benchmarks.md for the figures):
 //
 //	go run ./internal/cmd/ddblock-load --ceiling-only
@@ -33,6 +38,7 @@
 //	go run ./internal/cmd/ddblock-load --locks 1000,2000,3000,4000,5000,6000,8000 --period 1s --duration 25s
 //	go run ./internal/cmd/ddblock-load --json --locks 1000,10000 --period 5s > runs.jsonl
 //	go run ./internal/cmd/ddblock-load --server dynamodb-local --locks 1000 --period 1s
+//	go run ./internal/cmd/ddblock-load --session --json --no-ceiling --locks 100000 --period 1s
 //
 // With --json, each scenario is also printed as one JSON object a line on
 // standard output (the text report moves to standard error): its fields
@@ -82,6 +88,7 @@ type config struct {
 	cpuProfile     string
 	memProfile     string
 	json           bool
+	session        bool // the client holds its locks through a session item (WithSessionLease)
 }
 
 func main() {
@@ -111,6 +118,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&cfg.ceilingWarmUp, "ceiling-warmup", 5*time.Second, "load the server this long, unmeasured, before the ceiling")
 	server := fs.String("server", string(testserver.Dynalite), "the server to start on a loopback port: dynalite or dynamodb-local")
 	fs.StringVar(&cfg.endpoint, "endpoint", "", "a running server's URL, used instead of starting one")
+	fs.BoolVar(&cfg.session, "session", false, "the client holds its locks through one session item (ddblock.WithSessionLease): one heartbeat write a period whatever the number of locks")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario on standard output, and the text report on standard error")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write heap profiles to this prefix: <prefix>-<locks>-held.pprof once the locks are held, <prefix>-<locks>-end.pprof at the end of the window")
@@ -263,8 +271,12 @@ func run(args []string, stdout io.Writer) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(out, "\n== %d locks, heartbeat %v (safe %v, lease %v), HeartbeatConcurrency %d, HeartbeatTPS %d, settle %v, window %v ==\n",
-			n, cfg.period, cfg.safe, cfg.lease, cfg.concurrency, cfg.tps, cfg.settle, cfg.duration)
+		mode := "per-lock heartbeats"
+		if cfg.session {
+			mode = "session lease"
+		}
+		fmt.Fprintf(out, "\n== %d locks, %s, heartbeat %v (safe %v, lease %v), HeartbeatConcurrency %d, HeartbeatTPS %d, settle %v, window %v ==\n",
+			n, mode, cfg.period, cfg.safe, cfg.lease, cfg.concurrency, cfg.tps, cfg.settle, cfg.duration)
 		load := loadAverage()
 		fmt.Fprintf(out, "load average at the start: %s\n", load)
 		r, err := runScenario(ctx, ddb, cfg, n)

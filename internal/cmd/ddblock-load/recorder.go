@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,12 +38,32 @@ type recorder struct {
 	holding atomic.Bool
 
 	updatesOK, updatesFailed atomic.Int64
+	// lockUpdates counts the successful UpdateItems of lock items, over
+	// the whole run: with --session there must be none, the session item
+	// taking every heartbeat.
+	lockUpdates atomic.Int64
 	// The window's heartbeat calls, from send to reply: the longest, and
 	// how many took over a tenth of a period (a stalled server, or a
 	// client starved of CPU, both stretch the gaps by that much).
 	slowAfter             int64
 	callMaxHold, slowHold atomic.Int64
+
+	// With --session the locks' own items are written once, and what
+	// keeps them alive is their session item's heartbeat: each session
+	// item the client makes gets a track of its own, keyed by its
+	// partition key, and every successful session write is kept in order
+	// (one a period: a few hundred at most), so that each lock's first
+	// refresh after its acquire can be found. The client makes its
+	// sessions rarely and writes them once a period, so a mutex costs
+	// nothing here.
+	sessionMu     sync.Mutex
+	sessions      map[string]*track
+	sessionWrites []sessionWrite
 }
+
+// sessionWrite is one successful write of a session item: when its call
+// began and when it came back, as track times.
+type sessionWrite struct{ sent, landed int64 }
 
 // track is one lock key's record. Times are nanoseconds since base on the
 // monotonic clock; 0 means "not yet".
@@ -75,12 +98,76 @@ func newRecorder(ddb ddblock.DynamoDBAPI, pkName string, keys []string, period t
 
 func (r *recorder) now() int64 { return int64(time.Since(r.base)) }
 
-func (r *recorder) track(key map[string]types.AttributeValue) *track {
+// sessionKeyPrefix starts the partition key of every session item
+// (ddblock's session.go); lock keys may not start with it.
+const sessionKeyPrefix = "ddblock_session#"
+
+// track finds a write's track: a lock key's, made beforehand, or a
+// session item's, made at its first write. isSession tells which.
+func (r *recorder) track(key map[string]types.AttributeValue) (t *track, isSession bool) {
 	v, ok := key[r.pkName].(*types.AttributeValueMemberS)
 	if !ok {
-		return nil
+		return nil, false
 	}
-	return r.tracks[v.Value]
+	if !strings.HasPrefix(v.Value, sessionKeyPrefix) {
+		return r.tracks[v.Value], false
+	}
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	if r.sessions == nil {
+		r.sessions = make(map[string]*track)
+	}
+	t = r.sessions[v.Value]
+	if t == nil {
+		t = &track{}
+		r.sessions[v.Value] = t
+	}
+	return t, true
+}
+
+// sessionTrack is the track of the session item with partition key pk,
+// or nil if no write of it was seen.
+func (r *recorder) sessionTrack(pk string) *track {
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	return r.sessions[pk]
+}
+
+// sessionTracks is every session item's track.
+func (r *recorder) sessionTracks() []*track {
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	out := make([]*track, 0, len(r.sessions))
+	for _, t := range r.sessions {
+		out = append(out, t)
+	}
+	return out
+}
+
+// noteSessionWrite keeps a successful session write in order.
+func (r *recorder) noteSessionWrite(sent, landed int64) {
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	r.sessionWrites = append(r.sessionWrites, sessionWrite{sent, landed})
+}
+
+// firstSessionRefresh is the first session write sent after sent (a
+// lock's acquire): the first that moves that lock's safe period on, for
+// the holder counts a lock safe from the later of its own write and its
+// session's last landed write, both as sent. ok is false if none came.
+func (r *recorder) firstSessionRefresh(sent int64) (w sessionWrite, ok bool) {
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	// Writes are appended as they come back, so sorted by landing; a
+	// write sent earlier can land later, so search by landing and scan
+	// on for the first sent after.
+	i := sort.Search(len(r.sessionWrites), func(i int) bool { return r.sessionWrites[i].landed > sent })
+	for ; i < len(r.sessionWrites); i++ {
+		if r.sessionWrites[i].sent > sent {
+			return r.sessionWrites[i], true
+		}
+	}
+	return sessionWrite{}, false
 }
 
 // acquired records an acquire's write, whose call began at sent.
@@ -121,7 +208,7 @@ func (r *recorder) heartbeat(t *track, sent int64) {
 
 // startWindow begins the measured window.
 func (r *recorder) startWindow() {
-	for _, t := range r.tracks {
+	for _, t := range r.allTracks() {
 		t.maxGapHold.Store(0)
 		t.maxGapHoldSent.Store(0)
 		t.beatsHold.Store(0)
@@ -138,7 +225,7 @@ func (r *recorder) startWindow() {
 func (r *recorder) endWindow() {
 	r.holding.Store(false)
 	now := r.now()
-	for _, t := range r.tracks {
+	for _, t := range r.allTracks() {
 		last := t.last.Load()
 		switch {
 		case last == 0:
@@ -150,6 +237,15 @@ func (r *recorder) endWindow() {
 			storeMax(&t.firstGapSent, now-t.lastSent.Load())
 		}
 	}
+}
+
+// allTracks is every lock key's track and every session item's.
+func (r *recorder) allTracks() []*track {
+	out := r.sessionTracks()
+	for _, t := range r.tracks {
+		out = append(out, t)
+	}
+	return out
 }
 
 func storeMax(v *atomic.Int64, x int64) {
@@ -166,15 +262,19 @@ func (r *recorder) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...
 	sent := r.now()
 	out, err := r.DynamoDBAPI.PutItem(ctx, in, o...)
 	if err == nil {
-		if t := r.track(in.Item); t != nil {
+		if t, isSession := r.track(in.Item); t != nil {
 			r.acquired(t, sent)
+			if isSession {
+				r.noteSessionWrite(sent, r.now())
+			}
 		}
 	}
 	return out, err
 }
 
 // UpdateItem records a heartbeat. Every UpdateItem the client sends is
-// a heartbeat write, counted whatever its key.
+// a heartbeat write, counted whatever its key: a lock's, or with
+// --session its session item's.
 func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	sent := r.now()
 	out, err := r.DynamoDBAPI.UpdateItem(ctx, in, o...)
@@ -190,8 +290,13 @@ func (r *recorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 			r.slowHold.Add(1)
 		}
 	}
-	if t := r.track(in.Key); t != nil {
+	if t, isSession := r.track(in.Key); t != nil {
 		r.heartbeat(t, sent)
+		if isSession {
+			r.noteSessionWrite(sent, r.now())
+		} else {
+			r.lockUpdates.Add(1)
+		}
 	}
 	return out, err
 }

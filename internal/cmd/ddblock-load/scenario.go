@@ -23,6 +23,15 @@ type scenarioResult struct {
 	period      time.Duration
 	safe        time.Duration
 	concurrency int
+	// session is true when the client held its locks through a session
+	// item (--session). The per-lock gaps are then those of the lock's
+	// session item's heartbeats, which are what keeps it alive, and the
+	// first gap runs from the lock's acquire to the first session write
+	// sent after it; sessions counts the session items the client made
+	// (1 unless one ended and the client started another).
+	session         bool
+	sessions        int
+	lockItemUpdates int64 // successful UpdateItems of lock items, whole run
 
 	acquireWorkers int
 	acquireTime    time.Duration
@@ -89,19 +98,23 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	}
 	defer deleteTable(ddb, table)
 
-	r := &scenarioResult{locks: n, period: cfg.period, safe: cfg.safe, concurrency: cfg.concurrency, acquireWorkers: cfg.acquireWorkers}
+	r := &scenarioResult{locks: n, period: cfg.period, safe: cfg.safe, concurrency: cfg.concurrency, acquireWorkers: cfg.acquireWorkers, session: cfg.session}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("load-%07d", i)
 	}
 	rec := newRecorder(ddb, ddblock.DefaultPartitionKeyName, keys, cfg.period)
 	r.acquireLat = make(durations, n)
+	// The locks, kept to learn each one's session: made before the idle
+	// heap is read, like the recorder's tracks, so that the heap per lock
+	// is the client's alone.
+	held := make([]*ddblock.Lock, n)
 	r.probeIdle = make(durations, 0, 64)
 	r.probeBusy = make(durations, 0, int(cfg.duration/max(cfg.probeEvery, time.Millisecond))+16)
 
 	runtime.GC()
 	r.goroutinesBase = runtime.NumGoroutine()
-	client, err := ddblock.New(rec,
+	opts := []ddblock.Option{
 		ddblock.WithTableName(table),
 		ddblock.WithHeartbeatPeriod(cfg.period),
 		ddblock.WithSafePeriod(cfg.safe),
@@ -111,7 +124,11 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 		// Under overload the client warns once a round; the summary
 		// reports the same from Stats.
 		ddblock.WithLogger(slog.New(slog.DiscardHandler)),
-	)
+	}
+	if cfg.session {
+		opts = append(opts, ddblock.WithSessionLease())
+	}
+	client, err := ddblock.New(rec, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,8 +173,9 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 					return
 				}
 				t0 := time.Now()
-				_, err := client.AcquireLock(ctx, keys[i])
+				l, err := client.AcquireLock(ctx, keys[i])
 				r.acquireLat[i] = time.Since(t0)
+				held[i] = l
 				if err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err)
@@ -186,7 +204,7 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	}
 
 	// The measured window.
-	for _, t := range rec.tracks {
+	for _, t := range rec.allTracks() {
 		r.acquireGapMax = max(r.acquireGapMax, time.Duration(t.maxGapAcq.Load()))
 	}
 	samples := 0
@@ -265,6 +283,24 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 	r.perLockBeats = make([]int64, 0, n)
 	r.firstGap = make(durations, 0, n)
 	r.firstGapSent = make(durations, 0, n)
+	r.lockItemUpdates = rec.lockUpdates.Load()
+	if cfg.session {
+		r.sessionGaps(rec, keys, held)
+	} else {
+		r.lockGaps(rec, keys)
+	}
+
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	closed = true
+	if err := client.Close(cctx, false); err != nil {
+		return nil, fmt.Errorf("closing the client: %w", err)
+	}
+	return r, nil
+}
+
+// lockGaps fills the per-lock figures from each lock's own heartbeats.
+func (r *scenarioResult) lockGaps(rec *recorder, keys []string) {
 	for _, k := range keys {
 		t := rec.tracks[k]
 		r.firstGap = append(r.firstGap, time.Duration(t.firstGap.Load()))
@@ -279,14 +315,54 @@ func runScenario(ctx context.Context, ddb ddbClient, cfg *config, n int) (*scena
 			r.neverBeat++
 		}
 	}
+}
 
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	closed = true
-	if err := client.Close(cctx, false); err != nil {
-		return nil, fmt.Errorf("closing the client: %w", err)
+// sessionGaps fills the per-lock figures of a session client. A lock on
+// a session is written once and never heartbeated: what keeps it alive
+// is its session item's heartbeats, so its gaps in the window are its
+// session's, and its first gap runs from its acquire to the first
+// session write sent after it (the first to move its safe period on).
+// Early repeats are counted once per session write, not once per lock.
+func (r *scenarioResult) sessionGaps(rec *recorder, keys []string, held []*ddblock.Lock) {
+	sessions := rec.sessionTracks()
+	r.sessions = len(sessions)
+	for _, t := range sessions {
+		r.earlyBefore += t.earlyAcq.Load()
+		r.earlyWindow += t.earlyHold.Load()
 	}
-	return r, nil
+	end := rec.now()
+	for i, k := range keys {
+		lt := rec.tracks[k]
+		var st *track
+		if sk := held[i].SessionKey(); sk != "" {
+			st = rec.sessionTrack(sk)
+		}
+		if st == nil {
+			// Not on a session the recorder saw written: no heartbeat
+			// kept it alive, so its whole life is its gap.
+			r.perLockGap = append(r.perLockGap, time.Duration(end-lt.last.Load()))
+			r.perLockGapSent = append(r.perLockGapSent, time.Duration(end-lt.lastSent.Load()))
+			r.perLockBeats = append(r.perLockBeats, 0)
+			r.firstGap = append(r.firstGap, time.Duration(end-lt.last.Load()))
+			r.firstGapSent = append(r.firstGapSent, time.Duration(end-lt.lastSent.Load()))
+			r.neverBeat++
+			continue
+		}
+		r.perLockGap = append(r.perLockGap, time.Duration(st.maxGapHold.Load()))
+		r.perLockGapSent = append(r.perLockGapSent, time.Duration(st.maxGapHoldSent.Load()))
+		b := st.beatsHold.Load()
+		r.perLockBeats = append(r.perLockBeats, b)
+		if b == 0 {
+			r.neverBeat++
+		}
+		if w, ok := rec.firstSessionRefresh(lt.lastSent.Load()); ok {
+			r.firstGap = append(r.firstGap, time.Duration(w.landed-lt.last.Load()))
+			r.firstGapSent = append(r.firstGapSent, time.Duration(w.sent-lt.lastSent.Load()))
+		} else {
+			r.firstGap = append(r.firstGap, time.Duration(end-lt.last.Load()))
+			r.firstGapSent = append(r.firstGapSent, time.Duration(end-lt.lastSent.Load()))
+		}
+	}
 }
 
 // warmUp makes the client's connections before anything is measured:
@@ -362,10 +438,18 @@ func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
 	if c := bestCeiling(ceilings); c > 0 {
 		share = fmt.Sprintf(" = %.0f%% of the server's ceiling (%.0f/s)", 100*r.rate()/c, c)
 	}
-	fmt.Fprintf(out, "heartbeats:  %.0f/s over %v (wanted %.0f/s)%s; %d failed; slowest call %v, %d calls over a tenth of a period\n",
-		r.rate(), r.window.Round(time.Millisecond), float64(r.locks)/r.period.Seconds(), share, r.heartbeatsFailed, round(r.callMax), r.callsSlow)
+	wanted := float64(r.locks) / r.period.Seconds()
+	if r.session {
+		wanted = 1 / r.period.Seconds()
+		fmt.Fprintf(out, "session:     %d session item(s) made; %d heartbeat writes of lock items over the run (a session's locks get none)\n", r.sessions, r.lockItemUpdates)
+	}
+	fmt.Fprintf(out, "heartbeats:  %.1f/s over %v (wanted %.1f/s)%s; %d failed; slowest call %v, %d calls over a tenth of a period\n",
+		r.rate(), r.window.Round(time.Millisecond), wanted, share, r.heartbeatsFailed, round(r.callMax), r.callsSlow)
 	fmt.Fprintf(out, "rounds:      %d in the window (Stats.Rounds; the window is %.1f periods long), %d late (Stats.LateRounds); %d heartbeats fell due while the previous was in flight (Stats.HeartbeatsSkipped); before the window (acquire and settle) %d rounds, %d late\n",
 		d.Rounds, r.window.Seconds()/r.period.Seconds(), d.LateRounds, d.HeartbeatsSkipped, r.statsBefore.Rounds, r.statsBefore.LateRounds)
+	if r.session {
+		fmt.Fprintln(out, "             (with a session, each lock's heartbeats are its session item's)")
+	}
 	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; locks ÷ rate = %v)\n",
 		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.period, r.safe,
 		round(time.Duration(float64(r.locks)/r.rate()*float64(time.Second))))
@@ -433,8 +517,12 @@ func printSummary(out io.Writer, rs []*scenarioResult, ceilings []ceilingResult)
 		if c > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*r.rate()/c)
 		}
-		fmt.Fprintf(out, "| %d | %v | %v | %.0f | %s | %d of %d | %v / %v / %v / %v | %v | %d | %v | %d / %d | %d → %d (%d → %d) | %s | %v / %v |\n",
-			r.locks, r.period, r.acquireTime.Round(10*time.Millisecond), r.rate(), share, d.LateRounds, d.Rounds,
+		locks := fmt.Sprint(r.locks)
+		if r.session {
+			locks += " (session)"
+		}
+		fmt.Fprintf(out, "| %s | %v | %v | %.0f | %s | %d of %d | %v / %v / %v / %v | %v | %d | %v | %d / %d | %d → %d (%d → %d) | %s | %v / %v |\n",
+			locks, r.period, r.acquireTime.Round(10*time.Millisecond), r.rate(), share, d.LateRounds, d.Rounds,
 			r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.firstGap.max(),
 			r.earlyBefore+r.earlyWindow, r.safe, d.InDanger, r.statsEnd.InDanger,
 			r.goroutinesIdle, r.goroutinesHeldMax, r.libIdle, r.libMax, perLock(r.heapHeld, r.heapIdle, r.locks),
