@@ -450,9 +450,15 @@ func (r *scenarioResult) print(out io.Writer, ceilings []ceilingResult) {
 	if r.session {
 		fmt.Fprintln(out, "             (with a session, each lock's heartbeats are its session item's)")
 	}
-	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; locks ÷ rate = %v)\n",
+	// The time one round of the heartbeated items takes at the rate
+	// measured: with a session there is one such item, not one a lock.
+	items, itemsName := r.locks, "locks"
+	if r.session {
+		items, itemsName = 1, "session items"
+	}
+	fmt.Fprintf(out, "largest gap: between heartbeats, per lock min %v / median %v / p99 %v / max %v (period %v, safe period %v; %s ÷ rate = %v)\n",
 		r.perLockGap.min(), r.perLockGap.pct(50), r.perLockGap.pct(99), r.perLockGap.max(), r.period, r.safe,
-		round(time.Duration(float64(r.locks)/r.rate()*float64(time.Second))))
+		itemsName, round(time.Duration(float64(items)/r.rate()*float64(time.Second))))
 	fmt.Fprintf(out, "             the same from send to send (the scheduler's own timing, without the replies' latency): p99 %v / max %v\n",
 		r.perLockGapSent.pct(99), r.perLockGapSent.max())
 	fmt.Fprintf(out, "first gap:   acquire → first heartbeat, per lock min %v / median %v / p99 %v / max %v; largest gap between heartbeats before the window %v\n",
