@@ -226,6 +226,14 @@ func closeClient(client *ddblock.Client) {
 	_ = client.Close(ctx, false)
 }
 
+// closeClientEndingSession closes a client with sessions, releasing what
+// it still holds and deleting its session item.
+func closeClientEndingSession(client *ddblock.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = client.Close(ctx, true)
+}
+
 // logger returns the logger handed to the library: its warnings (failed
 // heartbeats, a lock in danger) are worth an operator's eyes on stderr.
 func logger(w io.Writer) *slog.Logger {

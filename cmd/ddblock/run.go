@@ -38,6 +38,16 @@ DDBLOCK_SLOT gives COMMAND its index, 0 to N-1. Every run on KEY must
 give the same N: the first writes it in the table, and a run with
 another N is refused with exit status 78.
 
+With --session, the lock (or slot) is attached to a session item of its
+own (partition key ddblock_session#<random>): the lock item is written
+once, with a year-long lease that clients without sessions (Python's)
+honour, and ddblock heartbeats the session item instead. Others take the
+lock over once the lock and its session item stood unchanged (or the
+session item gone) for --lease. The guard, the timing and the exit
+statuses are as without it. A normal end deletes the lock and the session
+item; a killed run leaves both, and waiters take the lock over after
+--lease. 'ddblock ls' and 'ddblock get' show the session.
+
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
@@ -48,6 +58,8 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_TAKEN_OVER_FROM         the owner of the lock item taken over from
                                   a holder presumed dead; unset otherwise
   DDBLOCK_SLOT                    with --slots, the slot held (0 to N-1)
+  DDBLOCK_SESSION_KEY             with --session, the session item's
+                                  partition key
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
 
@@ -152,6 +164,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		lease, heartbeat, safe, grace time.Duration
 		owner                         string
 		fencing                       bool
+		session                       bool
 		maxSkew                       time.Duration
 		attrs                         = attrFlag{}
 	)
@@ -167,6 +180,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.BoolVar(&fencing, "fencing-token", false, "write a fencing token with the lock and give it to the command as\nDDBLOCK_FENCING_TOKEN (released items then stay in the table, marked released)")
 	f.DurationVar(&maxSkew, "max-clock-skew", 0, "take over a crashed holder's lock as soon as its wall-clock stamp plus its\nlease plus this has passed, instead of watching it for a whole lease; and\nstamp this lock so others can do the same. Safe only if no two hosts'\nclocks differ by more (0: off)")
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
+	f.BoolVar(&session, "session", false, "attach the lock to a session item of its own and heartbeat that\ninstead of the lock (see above)")
 	f.IntVar(&r.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY: at most N commands at once\n(0: KEY is a plain lock)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
@@ -247,6 +261,11 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	if fencing {
 		opts = append(opts, ddblock.WithFencingTokens())
 	}
+	if session {
+		// The lock's LastHeartbeat follows the session item's heartbeats,
+		// so the guard's deadline does too.
+		opts = append(opts, ddblock.WithSessionLease())
+	}
 	if maxSkew > 0 {
 		opts = append(opts, ddblock.WithMaxClockSkew(maxSkew))
 	}
@@ -254,7 +273,14 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer closeClient(r.client)
+	if session {
+		// By the time the client closes, the command has ended and the
+		// lock is released (or could not be): the session item goes too,
+		// rather than being left for waiters to time out.
+		defer closeClientEndingSession(r.client)
+	} else {
+		defer closeClient(r.client)
+	}
 	if r.slots > 0 {
 		if r.sem, err = r.client.NewSemaphore(r.key, r.slots); err != nil {
 			return r.acquireError(err)
@@ -437,6 +463,9 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 		// The previous holder died holding the lock: the command may need
 		// to clean up after it.
 		env = append(env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
+	}
+	if sk := lock.SessionKey(); sk != "" {
+		env = append(env, "DDBLOCK_SESSION_KEY="+sk)
 	}
 	if r.sem != nil {
 		slot, _ := r.sem.SlotOf(lock)

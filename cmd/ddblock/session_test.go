@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+)
+
+// waitForFileScript marks "start $1", records the DDBLOCK_ environment in
+// $3, waits until the file $4 exists, and marks "end $1".
+const waitForFileScript = `echo "start $1 $(date +%s.%N) $$" >> "$2"; env | grep '^DDBLOCK_' | sort > "$3"; ` +
+	`while [ ! -e "$4" ]; do sleep 0.05; done; echo "end $1 $(date +%s.%N) $$" >> "$2"`
+
+// A --session run holds its lock through its session item's heartbeats:
+// a second run waits past the lease, the lock item names the session and
+// carries the year-long lease, the command gets DDBLOCK_SESSION_KEY, and
+// a normal end removes both the lock and the session item.
+func TestRunSession(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	marks, envA, envB, goA := filepath.Join(dir, "marks"), filepath.Join(dir, "envA"), filepath.Join(dir, "envB"), filepath.Join(dir, "goA")
+	a := f.start("run", append(slices.Clone(timingFlags), "--session", "--owner", "owner-A", "job", "--",
+		"sh", "-c", waitForFileScript, "sh", "A", marks, envA, goA)...)
+	a.eventuallyWhileRunning("A's command to start", func() bool { return strings.Contains(readFile(t, marks), "start A") })
+
+	info := f.lookup("job", "-")
+	if info == nil || info.Session == nil || info.Session.Item == nil {
+		t.Fatalf("the lock of a --session run: %+v; want one naming a session that is there", info)
+	}
+	sessionKey := info.Session.PartitionKey
+	if !strings.HasPrefix(sessionKey, "ddblock_session#") || info.Session.LeaseDuration != testLease ||
+		info.Session.Item.OwnerName != "owner-A" || info.OwnerName != "owner-A" {
+		t.Errorf("session %q, lease %v, session owner %q, lock owner %q: want a ddblock_session# key, lease %v, owner-A",
+			sessionKey, info.Session.LeaseDuration, info.Session.Item.OwnerName, info.OwnerName, testLease)
+	}
+	raw := rawItem(t, f, "job", "-")
+	if s, ok := raw["ddblock_session"].(*types.AttributeValueMemberS); !ok || s.Value != sessionKey {
+		t.Errorf("the lock item's ddblock_session: %#v; want %q", raw["ddblock_session"], sessionKey)
+	}
+	if n, ok := raw["lease_duration"].(*types.AttributeValueMemberN); !ok || n.Value != "31536000" {
+		t.Errorf("the lock item's lease_duration: %#v; want a year, 31536000", raw["lease_duration"])
+	}
+
+	b := f.start("run", append(slices.Clone(timingFlags), "--session", "--owner", "owner-B", "--wait", "30s", "job", "--",
+		"sh", "-c", waitForFileScript, "sh", "B", marks, envB, filepath.Join(dir, "goB"))...)
+	b.eventuallyWhileRunning("B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
+	// Past A's lease, only the session's heartbeats keep the lock A's:
+	// the lock item itself is never rewritten.
+	waitStart, sessionRVN, heartbeats := time.Now(), info.Session.Item.RecordVersionNumber, 0
+	a.eventuallyWhileRunning("A's session to be heartbeated for twice the lease", func() bool {
+		now := f.lookup(sessionKey, "-")
+		if now == nil {
+			t.Fatalf("A's session item is gone while A runs")
+		}
+		if now.RecordVersionNumber != sessionRVN {
+			sessionRVN, heartbeats = now.RecordVersionNumber, heartbeats+1
+		}
+		return heartbeats >= 2 && time.Since(waitStart) > 2*testLease
+	})
+	if strings.Contains(readFile(t, marks), "start B") {
+		t.Fatal("B's command started while A's ran")
+	}
+	if now := f.lookup("job", "-"); now == nil || now.RecordVersionNumber != info.RecordVersionNumber {
+		t.Errorf("the session lock was rewritten while held: %+v; want version %s", now, info.RecordVersionNumber)
+	}
+	if err := os.WriteFile(goA, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.wait(); r.code != 0 {
+		t.Fatalf("run A: %v", r)
+	}
+	if s := f.lookup(sessionKey, "-"); s != nil {
+		t.Errorf("A's session item is still there after A ended: %+v", s)
+	}
+	b.eventuallyWhileRunning("B's command to start", func() bool { return strings.Contains(readFile(t, marks), "start B") })
+	if err := os.WriteFile(filepath.Join(dir, "goB"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.wait(); r.code != 0 {
+		t.Fatalf("run B: %v", r)
+	}
+	m := readMarkers(t, marks)
+	if len(m) != 4 || m[0].event+m[0].who+m[1].event+m[1].who+m[2].event+m[2].who+m[3].event+m[3].who != "startAendAstartBendB" {
+		t.Errorf("markers %+v: want A's command wholly before B's", m)
+	}
+	for _, env := range []string{envA, envB} {
+		got := readFile(t, env)
+		for _, want := range []string{"DDBLOCK_KEY=job\n", "DDBLOCK_SORT_KEY=-\n", "DDBLOCK_TABLE=" + f.table + "\n", "DDBLOCK_SESSION_KEY=ddblock_session#", "DDBLOCK_RECORD_VERSION_NUMBER="} {
+			if !strings.Contains(got, want) {
+				t.Errorf("a --session command's environment lacks %q:\n%s", want, got)
+			}
+		}
+	}
+	if r := f.run("ls", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("the table after both runs ended: %v; want no lock and no session item", r)
+	}
+}
+
+// rawItem reads an item as it is stored.
+func rawItem(t *testing.T, f *fixture, pk, sk string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := sdk.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName:      aws.String(f.table),
+		ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: pk},
+			ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: sk},
+		},
+	})
+	if err != nil {
+		t.Fatalf("GetItem(%q, %q): %v", pk, sk, err)
+	}
+	return out.Item
+}
