@@ -404,7 +404,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 			// take back what we may have written, so that nobody waits a
 			// lease on a lock that nobody holds. A put that never left
 			// (nothing listening, no such host) needs no clean-up.
-			c.deleteIfOurs(info)
+			c.deleteIfOurs(info, sess)
 		}
 		return nil, a.callError(ctx, "writing the lock", err)
 	}
@@ -450,7 +450,7 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 		done:          make(chan struct{}),
 	}
 	if err := c.register(l); err != nil {
-		c.deleteIfOurs(info)
+		c.deleteIfOurs(info, sess)
 		if err == errSessionEnded {
 			a.seen = nil // given back: try afresh, on a new session
 			return nil, err
@@ -466,12 +466,19 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 }
 
 // deleteIfOurs removes an item we wrote but will not hold, best effort,
-// on a context of its own: the caller's may be cancelled already.
-func (c *Client) deleteIfOurs(info *LockInfo) {
+// on a context of its own: the caller's may be cancelled already. An
+// item written on a session (sess) that could not be removed is left to
+// the session, which removes it after a later heartbeat: while the
+// session lives, nothing else would.
+func (c *Client) deleteIfOurs(info *LockInfo, sess *session) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
-	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, info.FencingToken > 0); err != nil && !isConditionFailed(err) {
+	counted := info.FencingToken > 0
+	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, counted); err != nil && !isConditionFailed(err) {
 		c.log.Warn("ddblock: could not remove an abandoned acquire", "key", info.PartitionKey, "sort_key", info.SortKey, "err", err)
+		if sess != nil {
+			sess.leave(leftover{pk: info.PartitionKey, sk: info.SortKey, rvn: info.RecordVersionNumber, counted: counted})
+		}
 	}
 }
 

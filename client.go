@@ -209,6 +209,10 @@ func newDoneGroup(n int) *doneGroup {
 	return g
 }
 
+// join adds a member to a group that has not finished: only a member
+// that has not returned yet may call it.
+func (g *doneGroup) join() { g.left.Add(1) }
+
 // finish marks one member as returned.
 func (g *doneGroup) finish() {
 	if g.left.Add(-1) == 0 {

@@ -105,6 +105,11 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 			err = c.giveBack(ctx, l.pk, l.sk, info.RecordVersionNumber, l.token > 0)
 		}
 	}
+	if err != nil && !isConditionFailed(err) && l.session != nil {
+		// Still ours, perhaps, and kept alive by the session, which no
+		// lease ends: the session gives it back after a later heartbeat.
+		l.session.leave(leftover{pk: l.pk, sk: l.sk, rvn: rvn, counted: l.token > 0})
+	}
 	switch {
 	case err == nil:
 		return false, nil

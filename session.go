@@ -49,6 +49,14 @@ import (
 //     heartbeat's condition fails and the item is gone or not ours) ends
 //     the session the same way, at the heartbeat that finds it, which
 //     comes before the safe period of any lock on it has passed.
+//   - A lock item the client could not give back (its release failed, or
+//     an acquire's clean-up after a write of unknown outcome) would stay
+//     held as long as the session lives: nothing else ends it, as a
+//     lease ends a lock heartbeated alone. The session keeps such items
+//     as leftovers and tries to give them back again after each
+//     successful heartbeat, and once more before its item is deleted at
+//     Close, each time on the condition that the item still carries the
+//     version number written.
 //
 // A client that does not know sessions (python_dynamodb_lock) reads the
 // lease in the lock item, sessionLockLease, and waits that long on it.
@@ -101,7 +109,21 @@ type session struct {
 	hbDone      chan struct{}
 	ended       bool
 	locks       map[*Lock]struct{}
+	leftovers   []leftover // lock items to give back again
+	retrying    bool       // a retry of the leftovers is under way
 }
+
+// leftover is a lock item of the session that the client no longer
+// holds but could not give back: its release failed, or an acquire
+// wrote it with an outcome unknown and could not take it back.
+type leftover struct {
+	pk, sk, rvn string
+	counted     bool // carries a fencing token: marked released, not deleted
+}
+
+// maxLeftoverRetries bounds the items one retry after a heartbeat gives
+// back, so that a long list never holds the table's writes for long.
+const maxLeftoverRetries = 64
 
 func (s *session) lastGoodSent() time.Duration { return time.Duration(s.lastGood.Load()) }
 
@@ -225,6 +247,72 @@ func (s *session) attach(l *Lock) bool {
 	return true
 }
 
+// leave records a lock item that could not be given back; the session
+// gives it back after a later heartbeat. Once the session ended there is
+// nothing to do: its item is gone or no longer heartbeated, and waiters
+// take its locks over after its lease.
+func (s *session) leave(item leftover) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.leftovers = append(s.leftovers, item)
+	}
+}
+
+// retryLeftoversAfterHeartbeat starts giving back the leftovers, at most
+// maxLeftoverRetries of them, on a goroutine of the client's loops (so
+// that Close waits for it) rather than on the heartbeat's sender, whose
+// next heartbeat must not wait for it. One retry runs at a time.
+func (s *session) retryLeftoversAfterHeartbeat() {
+	s.mu.Lock()
+	if len(s.leftovers) == 0 || s.retrying || s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.retrying = true
+	s.mu.Unlock()
+	c := s.c
+	// The heartbeater's run has not returned (this heartbeat is one of
+	// its sends), so the group cannot have finished: joining it is safe.
+	c.loops.join()
+	go func() {
+		defer c.loops.finish()
+		ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
+		defer cancel()
+		s.giveBackLeftovers(ctx, maxLeftoverRetries)
+		s.mu.Lock()
+		s.retrying = false
+		s.mu.Unlock()
+	}()
+}
+
+// giveBackLeftovers tries to give back up to limit leftovers, in the
+// order they were left, and keeps those that failed for another time.
+// An item found changed (the condition fails) is no longer ours to give
+// back: it was given back after all, or taken over.
+func (s *session) giveBackLeftovers(ctx context.Context, limit int) {
+	c := s.c
+	s.mu.Lock()
+	batch := slices.Clone(s.leftovers[:min(limit, len(s.leftovers))])
+	s.mu.Unlock()
+	done := 0
+	for _, item := range batch {
+		err := c.giveBack(ctx, item.pk, item.sk, item.rvn, item.counted)
+		if err != nil && !isConditionFailed(err) {
+			c.log.Warn("ddblock: could not give back a lock item left on the session; trying again after the next heartbeat",
+				"session", s.pk, "key", item.pk, "sort_key", item.sk, "err", err)
+			break
+		}
+		done++
+		c.log.Info("ddblock: gave back a lock item left on the session", "session", s.pk, "key", item.pk, "sort_key", item.sk)
+	}
+	s.mu.Lock()
+	// Only this goroutine (or Close, after it) removes leftovers, and
+	// new ones are appended: the first done are those of the batch.
+	s.leftovers = append(s.leftovers[:0], s.leftovers[done:]...)
+	s.mu.Unlock()
+}
+
 // detach drops a released or lost lock.
 func (s *session) detach(l *Lock) {
 	s.mu.Lock()
@@ -276,6 +364,7 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 		}
 		s.lastGood.Store(int64(hb.sent))
 		s.recover()
+		s.retryLeftoversAfterHeartbeat()
 	case lost:
 		s.mu.Unlock()
 		c.stats.heartbeatsFailed.Add(1)
@@ -377,7 +466,18 @@ func (s *session) close(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
+	n := len(s.leftovers)
+	s.mu.Unlock()
+	if n > 0 {
+		// Given back now, waiters take them at once; else they wait a
+		// session lease once the session item is gone.
+		lctx, cancel := context.WithTimeout(ctx, s.c.opts.HeartbeatTimeout)
+		s.giveBackLeftovers(lctx, n)
+		cancel()
+	}
+	s.mu.Lock()
 	s.ended = true
+	s.leftovers = nil
 	s.mu.Unlock()
 	s.deleteItem(ctx)
 }
