@@ -100,8 +100,14 @@ func stepperMain(args []string) int {
 	}
 	log := mutexcheck.NewLog(f)
 	token, _ := strconv.ParseInt(os.Getenv("DDBLOCK_FENCING_TOKEN"), 10, 64)
+	// Under `run --slots`, the lock is one slot of the semaphore KEY,
+	// which the checker knows as "KEY/slot-I".
+	key := os.Getenv("DDBLOCK_KEY")
+	if slot := os.Getenv("DDBLOCK_SLOT"); slot != "" {
+		key += "/slot-" + slot
+	}
 	start := mutexcheck.Now()
-	log.Acquired(tenure, os.Getenv("DDBLOCK_KEY"), start, os.Getenv("DDBLOCK_RECORD_VERSION_NUMBER"), token,
+	log.Acquired(tenure, key, start, os.Getenv("DDBLOCK_RECORD_VERSION_NUMBER"), token,
 		os.Getenv("DDBLOCK_TAKEN_OVER_FROM"))
 	deadline := start + int64(hold)
 	for {
@@ -154,7 +160,12 @@ type cliChaosConfig struct {
 	Keys     int
 	// InProcess library holders and Runs slots of `ddblock run`, each
 	// behind a fault proxy of its own.
-	InProcess, Runs        int
+	InProcess, Runs int
+	// Slots makes each key a semaphore of that many slots as well: the
+	// `run --slots` holders take its slots, the library's plain holders
+	// take its first slots directly now and then (DirectSlots), and the
+	// checker counts its holders against the limit.
+	Slots                  int
 	Heartbeat, Safe, Lease time.Duration
 	HoldMin, HoldMax, Step time.Duration
 	LongShare              float64
@@ -211,9 +222,12 @@ func TestMutualExclusionWithRun(t *testing.T) {
 		t.Skip("-short")
 	}
 	cfg := cliChaosConfig{
-		Duration:  20 * time.Second,
-		Keys:      3,
-		InProcess: 3, Runs: 3,
+		Duration: 20 * time.Second,
+		Keys:     3,
+		// Every library flavour (plain, fencing, fast, session,
+		// session-fast) and every kind of run: plain, fencing tokens, fast
+		// takeover, a session, a slot, a slot on a session.
+		InProcess: 5, Runs: 6, Slots: 2,
 		// A lease of a second leaves the guard 300 ms between its SIGKILL
 		// (safe + grace) and the earliest takeover, however loaded the
 		// machine.
@@ -231,6 +245,14 @@ func TestMutualExclusionWithRun(t *testing.T) {
 	rep, c := runWithRun(t, cfg)
 	t.Logf("\n%s", c.summary(rep))
 	// The run must have done what it claims, or a zero proves nothing.
+	for _, kind := range []string{"session", "session-fast", "slots", "slots-session"} {
+		if rep.ByKind[kind] == 0 {
+			t.Errorf("no working tenure of %s holders (%v): the run never mixed them in", kind, rep.ByKind)
+		}
+	}
+	if len(rep.Limits) != cfg.Keys {
+		t.Errorf("limits declared for %v; want every key as a semaphore of %d slots", rep.Limits, cfg.Slots)
+	}
 	if c.ddblockLongPauses.Load() == 0 || c.ddblockKills.Load() == 0 || c.guardKills.Load() == 0 || c.guardPauses.Load() == 0 {
 		t.Errorf("every kind of trouble must strike a holding ddblock run at least once: long pauses of ddblock %d, ddblock kills %d, guard kills %d, guard pauses %d",
 			c.ddblockLongPauses.Load(), c.ddblockKills.Load(), c.guardKills.Load(), c.guardPauses.Load())
@@ -359,17 +381,40 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 			UseWithLock:    i%2 == 1,
 			Seed:           cfg.Seed + uint64(i),
 		}
+		if !h.UseWithLock {
+			h.DirectSlots = cfg.Slots
+		}
 		wg.Go(func() {
 			if err := h.Run(holders); err != nil {
 				c.problem("holder %s: %v", name, err)
 			}
 		})
 	}
-	runFlavours := [][]string{nil, {"--fencing-token"}, {"--max-clock-skew", cfg.MaxClockSkew.String()}}
+	if cfg.Slots > 0 {
+		for _, key := range c.keys {
+			c.events.Limit("harness", key, mutexcheck.Now(), cfg.Slots)
+		}
+	}
+	slots := strconv.Itoa(cfg.Slots)
+	runFlavours := []struct {
+		kind  string
+		flags []string
+	}{
+		{"plain", nil},
+		{"fencing", []string{"--fencing-token"}},
+		{"fast", []string{"--max-clock-skew", cfg.MaxClockSkew.String()}},
+		{"session", []string{"--session"}},
+		{"slots", []string{"--slots", slots}},
+		{"slots-session", []string{"--slots", slots, "--session"}},
+	}
 	for i := range cfg.Runs {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
-		s := &runSlot{c: c, name: fmt.Sprintf("run%d", i), proxy: p, flags: runFlavours[i%len(runFlavours)],
+		fl := runFlavours[i%len(runFlavours)]
+		if cfg.Slots == 0 && strings.HasPrefix(fl.kind, "slots") {
+			fl = runFlavours[i%3]
+		}
+		s := &runSlot{c: c, name: fmt.Sprintf("run%d-%s", i, fl.kind), proxy: p, flags: fl.flags,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))}
 		c.slots = append(c.slots, s)
 		wg.Go(func() { s.loop(holders) })
@@ -433,16 +478,25 @@ func (c *cliChaos) checkKeysFree(maxToken map[string]int64) {
 	defer cancel()
 	fresh := c.env.client(c.env.direct, append(times(c.cfg.Heartbeat, c.cfg.Safe, c.cfg.Lease), ddblock.WithFencingTokens())...)
 	for _, key := range c.keys {
-		lock, err := fresh.AcquireLock(ctx, key, ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
-		if err != nil {
-			c.t.Errorf("after the run, %s could not be acquired: %v", key, err)
-			continue
+		// Each key's plain lock, and each slot of the semaphore of the
+		// same name, logged as "KEY/slot-I".
+		sortKeys := map[string]string{key: ddblock.DefaultSortKey}
+		for i := range c.cfg.Slots {
+			sortKeys[fmt.Sprintf("%s/slot-%d", key, i)] = fmt.Sprintf("slot-%d", i)
 		}
-		if tok := lock.FencingToken(); tok <= maxToken[key] {
-			c.t.Errorf("after the run, %s got fencing token %d, not above the run's %d", key, tok, maxToken[key])
-		}
-		if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
-			c.t.Errorf("after the run, %s could not be released: %v", key, err)
+		for logKey, sk := range sortKeys {
+			lock, err := fresh.AcquireLock(ctx, key, ddblock.WithSortKey(sk),
+				ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
+			if err != nil {
+				c.t.Errorf("after the run, %s could not be acquired: %v", logKey, err)
+				continue
+			}
+			if tok := lock.FencingToken(); tok <= maxToken[logKey] {
+				c.t.Errorf("after the run, %s got fencing token %d, not above the run's %d", logKey, tok, maxToken[logKey])
+			}
+			if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+				c.t.Errorf("after the run, %s could not be released: %v", logKey, err)
+			}
 		}
 	}
 }
