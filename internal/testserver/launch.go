@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -191,14 +190,11 @@ func (l launcher) install(progress io.Writer) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", fmt.Errorf("%s: making the install folder: %w", l.kind, err)
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err := lockFile(dir + ".lock")
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", l.kind, err)
-	}
-	defer lock.Close() // closing the file releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("%s: locking the install: %w", l.kind, err)
 	}
+	defer unlock()
 	if _, err := os.Stat(mark); err == nil {
 		return dir, nil // installed by another process meanwhile
 	}
