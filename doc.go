@@ -53,6 +53,16 @@
 // lock items, so a leadership and a held slot are locks in every respect;
 // see doc/election.md.
 //
+// # Session leases
+//
+// With [WithSessionLease] a client keeps one session item alive instead
+// of each lock: one heartbeat write a period per client, whatever the
+// number of locks it holds. Each lock is written once, naming the
+// session; others take it over only after the session item (or its
+// absence) stood unchanged for the session's lease. A session in danger
+// puts every lock on it in danger; a lost session loses them all. For
+// tables that only ddblock clients contend on; see doc/sessions.md.
+//
 // # Background work
 //
 // A client runs a fixed set of goroutines, whatever the number of locks:

@@ -143,9 +143,13 @@ type Report struct {
 	// PeakHolders the most that worked at once, and LimitViolations
 	// every stretch with more than the limit working; it must be empty.
 	// SlotTenures counts the working tenures of limited groups' slots.
-	Limits          map[string]int
-	PeakHolders     map[string]int
-	SlotTenures     int
+	Limits      map[string]int
+	PeakHolders map[string]int
+	SlotTenures int
+	// ByKind counts working tenures by the kind of client that held
+	// them: the flavour named in the holder's ID ("g3.1-session#4" is a
+	// "session" holder's), so a run shows that every kind took part.
+	ByKind          map[string]int
 	LimitViolations []LimitViolation
 	// Problems lists inconsistent records (a step outside its tenure, an
 	// unknown tenure), which point at a harness bug.
@@ -268,6 +272,12 @@ func Check(events []Event) Report {
 		r.Handoffs += len(ts) - 1
 		worked := slices.DeleteFunc(slices.Clone(ts), func(t *Tenure) bool { return t.Steps == 0 })
 		r.Tenures += len(worked)
+		for _, t := range worked {
+			if r.ByKind == nil {
+				r.ByKind = map[string]int{}
+			}
+			r.ByKind[kindOf(t.ID)]++
+		}
 		slices.SortFunc(worked, func(a, b *Tenure) int { return cmp.Compare(a.First, b.First) })
 		var reach *Tenure      // the tenure whose last step is latest so far
 		var lastFenced *Tenure // the latest tenure with a token so far
@@ -377,6 +387,13 @@ const CodeUnclear = "UNCLEAR"
 func (r Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "keys %d, acquisitions %d, working tenures %d, verified steps %d\n", r.Keys, r.Acquisitions, r.Tenures, r.Steps)
+	if len(r.ByKind) > 0 {
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(r.ByKind)) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, r.ByKind[k]))
+		}
+		fmt.Fprintf(&b, "working tenures by kind of client: %s\n", strings.Join(kinds, ", "))
+	}
 	fmt.Fprintf(&b, "handoffs %d, of which %d took over a lock still held (its holder killed, paused, cut off, or its release failed)", r.Handoffs, r.Takeovers)
 	if r.MinTakeoverGap >= 0 {
 		fmt.Fprintf(&b, "; closest: %v from the previous holder's last verified step to the taker's first", r.MinTakeoverGap)
@@ -410,4 +427,15 @@ func formatCounts(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// kindOf is the client kind in a holder's ID: what follows the first "-"
+// up to the "#" of the tenure ("w0.1/c1-session-fast#3": "session-fast");
+// "other" when the ID does not name one.
+func kindOf(id string) string {
+	id, _, _ = strings.Cut(id, "#")
+	if _, kind, ok := strings.Cut(id, "-"); ok && kind != "" {
+		return kind
+	}
+	return "other"
 }

@@ -72,6 +72,7 @@ func TestCheckDisjointTenures(t *testing.T) {
 		MaxToken:        map[string]int64{"k": 0, "other": 0},
 		Limits:          map[string]int{},
 		PeakHolders:     map[string]int{},
+		ByKind:          map[string]int{"other": 4}, // IDs a#1..d#1 name no kind
 		StolenAfterDone: 1,
 		Failures:        map[string]int{"acquire ACQUIRE_TIMEOUT": 1},
 	}
@@ -247,5 +248,18 @@ func TestCheckSemaphoreLimit(t *testing.T) {
 	}
 	if _, ok := SlotGroup("key-0"); ok {
 		t.Error("a plain key is a slot")
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	for id, want := range map[string]string{
+		"g3.1-session#4":         "session",
+		"w0.1/c1-session-fast#3": "session-fast",
+		"w1.2/c0-plain#12":       "plain",
+		"a#1":                    "other",
+	} {
+		if got := kindOf(id); got != want {
+			t.Errorf("kindOf(%q) = %q; want %q", id, got, want)
+		}
 	}
 }

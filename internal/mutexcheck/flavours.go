@@ -22,11 +22,18 @@ type Flavour struct {
 //     count lives on;
 //   - "fast": fast takeover by wall-clock stamp with maxClockSkew (the
 //     processes of one machine share one wall clock), and kept released
-//     items.
+//     items;
+//   - "session": session leases: the client's locks are written once and
+//     kept alive by one session item, taken over only when the session
+//     stood still for its lease;
+//   - "session-fast": session leases with fast takeover, the stamp on the
+//     session item, and fencing tokens.
 func Flavours(maxClockSkew time.Duration) []Flavour {
 	return []Flavour{
 		{Name: "plain"},
 		{Name: "fencing", Options: []ddblock.Option{ddblock.WithFencingTokens()}},
 		{Name: "fast", Options: []ddblock.Option{ddblock.WithMaxClockSkew(maxClockSkew), ddblock.WithKeepReleasedItems(true)}},
+		{Name: "session", Options: []ddblock.Option{ddblock.WithSessionLease()}},
+		{Name: "session-fast", Options: []ddblock.Option{ddblock.WithSessionLease(), ddblock.WithMaxClockSkew(maxClockSkew), ddblock.WithFencingTokens()}},
 	}
 }

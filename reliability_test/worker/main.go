@@ -56,7 +56,7 @@ func main() {
 		acqTimeout = flag.Duration("acquire-timeout", 3*time.Second, "deadline of one acquire")
 		attempts   = flag.Int("attempts", 3, "SDK attempts per call")
 		seed       = flag.Uint64("seed", 1, "random seed")
-		flavour    = flag.Int("flavour", 0, "client i uses mutexcheck.Flavours()[(flavour+i) % 3]")
+		flavour    = flag.Int("flavour", 0, "client i uses mutexcheck.Flavours()[(flavour+i) % len(Flavours())]")
 		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
 		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
 		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
