@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,4 +122,135 @@ func rawItem(t *testing.T, f *fixture, pk, sk string) map[string]types.Attribute
 		t.Fatalf("GetItem(%q, %q): %v", pk, sk, err)
 	}
 	return out.Item
+}
+
+// sessionHolder is an in-process client with sessions on the fixture's
+// table; its session item is heartbeated every heartbeat.
+func (f *fixture) sessionHolder(owner string, lease, heartbeat time.Duration) *ddblock.Client {
+	f.t.Helper()
+	c, err := ddblock.New(sdk,
+		ddblock.WithTableName(f.table),
+		ddblock.WithOwnerName(owner),
+		ddblock.WithSessionLease(),
+		ddblock.WithHeartbeatPeriod(heartbeat),
+		ddblock.WithSafePeriod(lease*2/3),
+		ddblock.WithLeaseDuration(lease),
+		ddblock.WithLogger(quietLog))
+	if err != nil {
+		f.t.Fatalf("New: %v", err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx, true)
+	})
+	return c
+}
+
+func (f *fixture) acquireWith(c *ddblock.Client, key string) *ddblock.Lock {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.AcquireLock(ctx, key)
+	if err != nil {
+		f.t.Fatalf("AcquireLock(%q): %v", key, err)
+	}
+	return l
+}
+
+// ls and get show a session's lock with its session (lease, item,
+// version), judge its holder by the session item (gone: presumed dead;
+// with --watch, by the session item's version), and list session items
+// marked as such.
+func TestLsAndGetSessions(t *testing.T) {
+	f := newFixture(t)
+	live := f.sessionHolder("carol", 10*time.Second, 100*time.Millisecond)
+	liveLock := f.acquireWith(live, "live-job")
+	dead := f.sessionHolder("dave", 3*time.Minute, time.Minute)
+	deadLock := f.acquireWith(dead, "dead-job")
+	// dave's session item removed behind its back: its lock's holder is
+	// then presumed dead.
+	if _, err := sdk.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(f.table),
+		Key: map[string]types.AttributeValue{
+			ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: deadLock.SessionKey()},
+			ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: "-"},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	byKey := func(locks []lockJSON) map[string]lockJSON {
+		m := map[string]lockJSON{}
+		for _, l := range locks {
+			m[l.Key] = l
+		}
+		return m
+	}
+	got := byKey(decodeLocks(t, f.run("ls", "--json")))
+	if len(got) != 3 {
+		t.Fatalf("ls --json: %v; want the two locks and carol's session item", got)
+	}
+	l := got["live-job"]
+	if l.Session == nil || l.Session.Key != liveLock.SessionKey() || l.Session.LeaseSeconds != 10 || !l.Session.ItemPresent ||
+		l.Session.RecordVersionNumber == "" || l.SessionItem || l.LeaseSeconds != 31536000 || l.Holder.State != holderUnknown {
+		t.Errorf("carol's lock: %+v (session %+v)", l, l.Session)
+	}
+	s := got[liveLock.SessionKey()]
+	if !s.SessionItem || s.Session != nil || s.Owner != "carol" || s.LeaseSeconds != 10 {
+		t.Errorf("carol's session item: %+v", s)
+	}
+	d := got["dead-job"]
+	wantDead := holderJSON{State: holderPresumedDead, Evidence: evidenceSession, Detail: "its session item is gone"}
+	if d.Session == nil || d.Session.ItemPresent || d.Session.RecordVersionNumber != "" || d.Session.LeaseSeconds != 180 || d.Holder != wantDead {
+		t.Errorf("dave's lock: %+v (session %+v); want its session item gone and holder %+v", d, d.Session, wantDead)
+	}
+
+	r := f.run("ls")
+	rows := map[string][]string{}
+	for _, row := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		c := cells(row)
+		rows[c[0]] = c
+	}
+	if c := rows["live-job"]; len(c) != 8 || c[4] != "10s (session)" {
+		t.Errorf("ls row of carol's lock %q: want LEASE 10s (session): %v", c, r)
+	}
+	if c := rows["dead-job"]; len(c) != 8 || c[3] != "presumed dead (its session item is gone)" || c[4] != "3m0s (session)" {
+		t.Errorf("ls row of dave's lock %q: %v", c, r)
+	}
+	if c := rows[liveLock.SessionKey()]; len(c) != 8 || c[2] != "carol (session item)" || c[4] != "10s" {
+		t.Errorf("ls row of carol's session item %q: %v", c, r)
+	}
+
+	// carol's session heartbeats every 100ms: a 2s watch spans twenty
+	// heartbeat periods, so even a loaded machine sees one. dave's lock
+	// has no session item.
+	got = byKey(decodeLocks(t, f.run("ls", "--json", "--watch", "2s")))
+	wantLive := holderJSON{State: holderLive, Evidence: evidenceWatch, Detail: "session heartbeated during the 2s watch"}
+	if h := got["live-job"].Holder; h != wantLive {
+		t.Errorf("carol's lock by watch: %+v; want %+v", h, wantLive)
+	}
+	if h := got["dead-job"].Holder; h.State != holderPresumedDead || h.Detail != "its session item is gone" {
+		t.Errorf("dave's lock by watch: %+v; want presumed dead, its session item gone", h)
+	}
+	if h := got[liveLock.SessionKey()].Holder; h.State != holderLive {
+		t.Errorf("carol's session item by watch: %+v; want live", h)
+	}
+
+	r = f.run("get", "dead-job")
+	fields := map[string]string{}
+	for line := range strings.Lines(r.stdout) {
+		label, value, _ := strings.Cut(strings.TrimSpace(line), "  ")
+		fields[label] = strings.TrimSpace(value)
+	}
+	if r.code != 0 || fields["session"] != deadLock.SessionKey() || fields["lease"] != "3m0s (session)" ||
+		!strings.HasPrefix(fields["session item"], "gone") || fields["holder"] != "presumed dead (its session item is gone)" ||
+		!strings.HasPrefix(fields["lock item lease"], "8760h0m0s") {
+		t.Errorf("get of dave's lock: %v", r)
+	}
+	r = f.run("get", "live-job", "--json")
+	var one lockJSON
+	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Session == nil || !one.Session.ItemPresent || one.Session.Key != liveLock.SessionKey() {
+		t.Errorf("get --json of carol's lock: %v (%v)", r, err)
+	}
 }
