@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +253,107 @@ func TestLsAndGetSessions(t *testing.T) {
 	var one lockJSON
 	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || one.Session == nil || !one.Session.ItemPresent || one.Session.Key != liveLock.SessionKey() {
 		t.Errorf("get --json of carol's lock: %v (%v)", r, err)
+	}
+}
+
+// stolenWithin waits for a lock to be lost, and checks that it was lost
+// as stolen.
+func stolenWithin(t *testing.T, what string, l *ddblock.Lock) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: the holder did not learn of the removal at its heartbeats", what)
+	}
+	if code := ddblock.CodeOf(l.Err()); code != ddblock.CodeLockStolen {
+		t.Errorf("%s: the holder's lock ended with %v; want %s", what, l.Err(), ddblock.CodeLockStolen)
+	}
+}
+
+// release --force leaves a session's lock alone while its session item is
+// there (exit 75, pointing at --with-session); --with-session removes the
+// session item, then the lock, and the holder learns of it; a session
+// item itself can be removed, after which its lock is presumed dead and
+// removed without --with-session; a 'ddblock run --session' holder stops
+// its command and exits 76.
+func TestReleaseSession(t *testing.T) {
+	f := newFixture(t)
+	// Heartbeats every 100ms: releases race them, and must not fail
+	// for that.
+	carol := f.sessionHolder("carol", 10*time.Second, 100*time.Millisecond)
+	job := f.acquireWith(carol, "job")
+
+	r := f.run("release", "--force", "job")
+	if r.code != exitBusy {
+		t.Errorf("release --force of a session's lock: want exit %d: %v", exitBusy, r)
+	}
+	oneLineOn(t, r, "attached to session "+job.SessionKey()+", whose item is there")
+	if !strings.Contains(r.stderr, "--with-session") || !strings.Contains(r.stdout, "attached to session "+job.SessionKey()) {
+		t.Errorf("release --force of a session's lock does not offer --with-session or name the session: %v", r)
+	}
+	if info := f.lookup("job", "-"); info == nil || info.Session == nil || info.Session.Item == nil {
+		t.Fatalf("after a refused release, the lock or its session item is gone: %+v", info)
+	}
+	if job.Err() != nil {
+		t.Fatalf("after a refused release, the holder's lock ended: %v", job.Err())
+	}
+
+	r = f.run("release", "--force", "--with-session", "job")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed session item \""+job.SessionKey()+"\"/\"-\"\n") ||
+		!strings.Contains(r.stdout, "loses every lock attached to it") || !strings.HasSuffix(r.stdout, "removed lock \"job\"/\"-\"\n") {
+		t.Errorf("release --force --with-session: %v", r)
+	}
+	if info := f.lookup("job", "-"); info != nil {
+		t.Errorf("the lock is still there after release --with-session: %+v", info)
+	}
+	if s := f.lookup(job.SessionKey(), "-"); s != nil {
+		t.Errorf("the session item is still there after release --with-session: %+v", s)
+	}
+	stolenWithin(t, "release --with-session", job)
+
+	// The session item alone: the lock stays, its holder is presumed
+	// dead, and it is removed then without --with-session.
+	dave := f.sessionHolder("dave", 10*time.Second, 100*time.Millisecond)
+	other := f.acquireWith(dave, "other")
+	r = f.run("release", "--force", other.SessionKey())
+	if r.code != 0 || !strings.HasPrefix(r.stdout, strconv.Quote(other.SessionKey())+"/\"-\" is the session item of dave") ||
+		!strings.Contains(r.stdout, "removed session item") {
+		t.Errorf("release --force of a session item: %v", r)
+	}
+	if s := f.lookup(other.SessionKey(), "-"); s != nil {
+		t.Errorf("the session item is still there after its release: %+v", s)
+	}
+	stolenWithin(t, "release of the session item", other)
+	got := decodeLocks(t, f.run("ls", "--json"))
+	if len(got) != 1 || got[0].Key != "other" || got[0].Session == nil || got[0].Session.ItemPresent ||
+		got[0].Holder.State != holderPresumedDead {
+		t.Errorf("ls after the session item's release: %+v; want the lock alone, its session item gone", got)
+	}
+	if r = f.run("release", "--force", "other"); r.code != 0 || !strings.Contains(r.stdout, "session item gone") ||
+		!strings.HasSuffix(r.stdout, "removed lock \"other\"/\"-\"\n") {
+		t.Errorf("release --force of a lock whose session item is gone: %v", r)
+	}
+	if r = f.run("release", "--force", "ddblock_session#00000000000000000000000000000000"); r.code != exitNotFound {
+		t.Errorf("release --force of a missing session item: want exit %d: %v", exitNotFound, r)
+	}
+
+	// --with-session on a lock without a session removes just the lock.
+	f.acquire("erin", "plain")
+	if r = f.run("release", "--force", "--with-session", "plain"); r.code != 0 ||
+		!strings.Contains(r.stdout, "not attached to a session") || f.lookup("plain", "-") != nil {
+		t.Errorf("release --force --with-session of a lock without a session: %v", r)
+	}
+
+	// A 'ddblock run --session' holder learns at its next heartbeat.
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	run := f.start("run", append(slices.Clone(timingFlags), "--session", "--owner", "runner", "nightly", "--",
+		"sh", "-c", waitForFileScript, "sh", "R", marks, filepath.Join(dir, "env"), filepath.Join(dir, "never"))...)
+	run.eventuallyWhileRunning("the run's command to start", func() bool { return strings.Contains(readFile(t, marks), "start R") })
+	if r = f.run("release", "--force", "--with-session", "nightly"); r.code != 0 {
+		t.Errorf("release --force --with-session of a run's lock: %v", r)
+	}
+	if res := run.wait(); res.code != exitLockLost {
+		t.Errorf("the run whose session was removed: want exit %d: %v", exitLockLost, res)
 	}
 }
