@@ -19,6 +19,9 @@ import (
 //     live holder changes the record version number at every heartbeat.
 //     This needs no clock, and works for every holder, Python's too, as
 //     long as D is longer than the holders' heartbeat period.
+//
+// A lock attached to a session is never rewritten: its holder is judged
+// by its session item instead, and presumed dead when that is gone.
 
 // The holder states.
 const (

@@ -37,7 +37,17 @@ alive. The HOLDER column says what can be told, and how:
     than its heartbeat period (5s by default, lease/6 for ddblock run);
     with D at least the lease, a presumed dead lock is one that a
     waiting client may take over now.
-  unknown: no stamp, and no --watch.`
+  unknown: no stamp, and no --watch.
+
+A lock attached to a session (ddblock run --session, WithSessionLease) is
+never rewritten: its holder heartbeats its session item instead. Its LEASE
+is the session's, marked "(session)", and its HOLDER is judged by the
+session item: by its stamp, by its version across a --watch, or presumed
+dead when the session item is gone. Session items (keys
+ddblock_session#...) are listed too, marked "(session item)". With
+--json, such a lock has a "session" object (key, lease_seconds,
+item_present, record_version_number) and a session item has
+"session_item": true.`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -156,7 +166,10 @@ const getAbout = `
 Shows one lock: who holds it, whether the holder looks alive (by its
 heartbeat stamp, when it writes one: see ddblock ls --help), its lease,
 record version number (which 'ddblock release --rvn' takes), TTL expiry
-and additional attributes. Exits 1 when there is no such lock.`
+and additional attributes. For a lock attached to a session, the lease is
+the session's, the holder is judged by the session item (presumed dead
+when it is gone), and the session's key and item follow. Exits 1 when
+there is no such lock.`
 
 func cmdGet(ctx context.Context, env *environ, args []string) error {
 	var (
