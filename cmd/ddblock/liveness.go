@@ -19,6 +19,9 @@ import (
 //     live holder changes the record version number at every heartbeat.
 //     This needs no clock, and works for every holder, Python's too, as
 //     long as D is longer than the holders' heartbeat period.
+//
+// A lock attached to a session is never rewritten: its holder is judged
+// by its session item instead, and presumed dead when that is gone.
 
 // The holder states.
 const (
@@ -31,6 +34,8 @@ const (
 const (
 	evidenceStamp = "heartbeat-stamp"
 	evidenceWatch = "watch"
+	// evidenceSession: a session's lock whose session item is gone.
+	evidenceSession = "session-item-gone"
 )
 
 // holderJSON is what ls and get say about a lock's holder.
@@ -52,9 +57,23 @@ func (h holderJSON) text() string {
 	return state + " (" + h.Detail + ")"
 }
 
-// holderByStamp judges the holder by its heartbeat stamp, as of now on
-// this host's wall clock.
+// sessionGone is the holder of a lock whose session item is gone.
+func sessionGone(evidence string) holderJSON {
+	return holderJSON{State: holderPresumedDead, Evidence: evidence, Detail: "its session item is gone"}
+}
+
+// holderByStamp judges the holder by its heartbeat stamp (a session's
+// lock by its session item's), as of now on this host's wall clock.
 func holderByStamp(info *ddblock.LockInfo, now time.Time) holderJSON {
+	if info.Session != nil {
+		if info.Session.Item == nil {
+			// Known from the read itself, with no clock.
+			return sessionGone(evidenceSession)
+		}
+		h := holderByStamp(info.Session.Item, now)
+		h.Detail = "session: " + h.Detail
+		return h
+	}
 	if info.HeartbeatTime.IsZero() {
 		return holderJSON{State: holderUnknown, Detail: "no heartbeat stamp; ls --watch tells"}
 	}
@@ -76,6 +95,10 @@ func holderByStamp(info *ddblock.LockInfo, now time.Time) holderJSON {
 // holderByWatch judges the holder of now by what the table held watch
 // earlier (before; nil when the lock was not there).
 func holderByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSON {
+	if now.Session != nil && before != nil && before.OwnerName == now.OwnerName &&
+		before.RecordVersionNumber == now.RecordVersionNumber {
+		return sessionByWatch(before, now, watch)
+	}
 	switch {
 	case before == nil:
 		return holderJSON{State: holderLive, Evidence: evidenceWatch,
@@ -92,6 +115,29 @@ func holderByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSO
 	default:
 		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("no heartbeat in %v", watch)}
+	}
+}
+
+// sessionByWatch judges the holder of a session's lock that was the same
+// item at both reads, by its session item at both.
+func sessionByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSON {
+	var was *ddblock.LockInfo
+	if before.Session != nil {
+		was = before.Session.Item
+	}
+	is := now.Session.Item
+	switch {
+	case is == nil:
+		return sessionGone(evidenceWatch)
+	case was == nil || was.RecordVersionNumber != is.RecordVersionNumber:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("session heartbeated during the %v watch", watch)}
+	case watch >= now.Session.LeaseDuration:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no session heartbeat in %v, its whole lease: a waiter may take it over", watch)}
+	default:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no session heartbeat in %v", watch)}
 	}
 }
 

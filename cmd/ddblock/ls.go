@@ -37,7 +37,17 @@ alive. The HOLDER column says what can be told, and how:
     than its heartbeat period (5s by default, lease/6 for ddblock run);
     with D at least the lease, a presumed dead lock is one that a
     waiting client may take over now.
-  unknown: no stamp, and no --watch.`
+  unknown: no stamp, and no --watch.
+
+A lock attached to a session (ddblock run --session, WithSessionLease) is
+never rewritten: its holder heartbeats its session item instead. Its LEASE
+is the session's, marked "(session)", and its HOLDER is judged by the
+session item: by its stamp, by its version across a --watch, or presumed
+dead when the session item is gone. Session items (keys
+ddblock_session#...) are listed too, marked "(session item)". With
+--json, such a lock has a "session" object (key, lease_seconds,
+item_present, record_version_number) and a session item has
+"session_item": true.`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -146,8 +156,8 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		if conn.pkOnly {
 			sk = ""
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%v\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, cell(l.OwnerName), holders[i].text(),
-			l.LeaseDuration, l.RecordVersionNumber, formatExpiry(l.ExpiryTime), formatAttrs(l.AdditionalAttributes))
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, ownerText(l), holders[i].text(),
+			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), formatAttrs(l.AdditionalAttributes))
 	}
 	return tw.Flush()
 }
@@ -156,7 +166,10 @@ const getAbout = `
 Shows one lock: who holds it, whether the holder looks alive (by its
 heartbeat stamp, when it writes one: see ddblock ls --help), its lease,
 record version number (which 'ddblock release --rvn' takes), TTL expiry
-and additional attributes. Exits 1 when there is no such lock.`
+and additional attributes. For a lock attached to a session, the lease is
+the session's, the holder is judged by the session item (presumed dead
+when it is gone), and the session's key and item follow. Exits 1 when
+there is no such lock.`
 
 func cmdGet(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -196,9 +209,18 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	if !conn.pkOnly {
 		fmt.Fprintf(tw, "sort key\t%s\n", cell(info.SortKey))
 	}
-	fmt.Fprintf(tw, "owner\t%s\n", cell(info.OwnerName))
+	fmt.Fprintf(tw, "owner\t%s\n", ownerText(info))
 	fmt.Fprintf(tw, "holder\t%s\n", holder.text())
-	fmt.Fprintf(tw, "lease\t%v\n", info.LeaseDuration)
+	fmt.Fprintf(tw, "lease\t%s\n", leaseText(info))
+	if s := info.Session; s != nil {
+		fmt.Fprintf(tw, "session\t%s\n", cell(s.PartitionKey))
+		if s.Item != nil {
+			fmt.Fprintf(tw, "session item\tversion %s, owner %s\n", s.Item.RecordVersionNumber, cell(s.Item.OwnerName))
+		} else {
+			fmt.Fprintf(tw, "session item\tgone: the lock is taken over once a waiter has seen it gone for %v\n", s.LeaseDuration)
+		}
+		fmt.Fprintf(tw, "lock item lease\t%v (for clients without sessions)\n", info.LeaseDuration)
+	}
 	fmt.Fprintf(tw, "record version number\t%s\n", info.RecordVersionNumber)
 	fmt.Fprintf(tw, "expires (TTL)\t%s\n", formatExpiry(info.ExpiryTime))
 	if info.FencingToken > 0 {
@@ -230,6 +252,42 @@ type lockJSON struct {
 	// Holder says whether the holder looks alive, and how that is known.
 	Holder     holderJSON     `json:"holder"`
 	Attributes map[string]any `json:"attributes"`
+	// Session is the session the lock is attached to; absent for a lock
+	// heartbeated on its own.
+	Session *sessionJSON `json:"session,omitempty"`
+	// SessionItem is true for a session item itself.
+	SessionItem bool `json:"session_item,omitempty"`
+}
+
+// sessionJSON is a lock's session as ls and get print it.
+type sessionJSON struct {
+	// Key is the session item's partition key.
+	Key string `json:"key"`
+	// LeaseSeconds is the session's lease: how long waiters watch the
+	// lock and its session item unchanged before taking the lock over.
+	LeaseSeconds float64 `json:"lease_seconds"`
+	// ItemPresent is false when the session item is gone.
+	ItemPresent bool `json:"item_present"`
+	// RecordVersionNumber is the session item's; absent when it is gone.
+	RecordVersionNumber string `json:"record_version_number,omitempty"`
+}
+
+// ownerText is the OWNER cell: a session item is marked as one.
+func ownerText(l *ddblock.LockInfo) string {
+	if l.IsSession {
+		return cell(l.OwnerName) + " (session item)"
+	}
+	return cell(l.OwnerName)
+}
+
+// leaseText is the LEASE cell: a session's lock is held by its session's
+// lease, not by the year written in the lock item for clients without
+// sessions.
+func leaseText(l *ddblock.LockInfo) string {
+	if l.Session != nil {
+		return l.Session.LeaseDuration.String() + " (session)"
+	}
+	return l.LeaseDuration.String()
 }
 
 func toJSON(l *ddblock.LockInfo, holder holderJSON) lockJSON {
@@ -242,6 +300,13 @@ func toJSON(l *ddblock.LockInfo, holder holderJSON) lockJSON {
 		RecordVersionNumber: l.RecordVersionNumber,
 		FencingToken:        l.FencingToken,
 		Attributes:          map[string]any{},
+		SessionItem:         l.IsSession,
+	}
+	if s := l.Session; s != nil {
+		out.Session = &sessionJSON{Key: s.PartitionKey, LeaseSeconds: s.LeaseDuration.Seconds(), ItemPresent: s.Item != nil}
+		if s.Item != nil {
+			out.Session.RecordVersionNumber = s.Item.RecordVersionNumber
+		}
 	}
 	if !l.HeartbeatTime.IsZero() {
 		out.HeartbeatTime = l.HeartbeatTime.UTC().Format(time.RFC3339Nano)

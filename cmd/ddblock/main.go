@@ -198,9 +198,10 @@ AWS_ENDPOINT_URL_DYNAMODB point at a local server.
 Exit statuses: 0 success; 1 no such lock; 64 usage (bad flags or
 arguments); 69 DynamoDB unavailable (table missing, server unreachable);
 70 internal error; 73 create-table: the table exists already; 75 lock busy
-(not acquired within --wait, or changed before release could remove it);
-76 lock lost while the command ran; 78 the table's keys are not the ones
-configured; 126 the command cannot be run; 127 the command was not found;
-otherwise run exits with its command's status (128+N: killed by signal N).
+(not acquired within --wait, or changed before release could remove it,
+or attached to a live session: see release --help); 76 lock lost while
+the command ran; 78 the table's keys are not the ones configured; 126 the
+command cannot be run; 127 the command was not found; otherwise run exits
+with its command's status (128+N: killed by signal N).
 `)
 }

@@ -46,7 +46,8 @@ lock over once the lock and its session item stood unchanged (or the
 session item gone) for --lease. The guard, the timing and the exit
 statuses are as without it. A normal end deletes the lock and the session
 item; a killed run leaves both, and waiters take the lock over after
---lease. 'ddblock ls' and 'ddblock get' show the session.
+--lease. 'ddblock ls' and 'ddblock get' show the session; 'ddblock release
+--force --with-session KEY' removes such a lock by hand.
 
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
