@@ -73,9 +73,10 @@ func runGuard(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(guardCommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	grace := fs.Duration("grace", 0, "")
+	startWait := fs.Duration("start-wait", guardStartWait, "")
 	deadline := fs.Int64("deadline", 0, "")
 	path := fs.String("path", "", "")
-	if err := fs.Parse(args); err != nil || *path == "" || fs.NArg() == 0 || *grace < 0 {
+	if err := fs.Parse(args); err != nil || *path == "" || fs.NArg() == 0 || *grace < 0 || *startWait <= 0 {
 		fmt.Fprintf(stderr, "ddblock %s: internal command of ddblock run, not for direct use\n", guardCommand)
 		return exitUsage
 	}
@@ -89,10 +90,11 @@ func runGuard(args []string, stderr io.Writer) int {
 	syscall.CloseOnExec(guardControlFD)
 	syscall.CloseOnExec(guardEventFD)
 	g := &guard{
-		control:  os.NewFile(guardControlFD, "ddblock-control"),
-		events:   os.NewFile(guardEventFD, "ddblock-events"),
-		grace:    *grace,
-		deadline: *deadline,
+		control:   os.NewFile(guardControlFD, "ddblock-control"),
+		events:    os.NewFile(guardEventFD, "ddblock-events"),
+		grace:     *grace,
+		deadline:  *deadline,
+		startWait: *startWait,
 	}
 	// The kernel kills the command when the thread that started it ends
 	// (PR_SET_PDEATHSIG); this thread ends with the guard.
@@ -104,7 +106,8 @@ func runGuard(args []string, stderr io.Writer) int {
 type guard struct {
 	control, events *os.File
 	grace           time.Duration
-	deadline        int64 // shared clock, ns
+	deadline        int64         // shared clock, ns
+	startWait       time.Duration // see guardStartWait
 
 	pgid        int
 	terminating bool  // SIGTERM sent
@@ -188,7 +191,9 @@ func (g *guard) run(path string, argv []string) int {
 }
 
 // guardStartWait bounds how long the guard waits, before starting the
-// command, for a deadline later than the one it was started with.
+// command, for a deadline later than the one it was started with, unless
+// ddblock says otherwise (-start-wait: the lease, so that a guard started
+// late waits for the next heartbeat however long the period).
 const guardStartWait = 2 * time.Second
 
 // awaitStart decides whether the command may start: only while the lock
@@ -199,7 +204,7 @@ const guardStartWait = 2 * time.Second
 // it runs. false: the command must not start (the lock is not safe, or
 // ddblock asked to stop it, or is gone).
 func (g *guard) awaitStart(msgs <-chan guardMsg) (signals []syscall.Signal, ok bool) {
-	wait := time.NewTimer(guardStartWait)
+	wait := time.NewTimer(g.startWait)
 	defer wait.Stop()
 	for {
 		var m guardMsg
@@ -346,9 +351,12 @@ type guardSpec struct {
 	env      []string
 	grace    time.Duration
 	deadline int64 // shared clock, ns
-	stdin    io.Reader
-	stdout   io.Writer
-	stderr   io.Writer
+	// startWait bounds the guard's wait for a newer deadline when the
+	// one above has passed by the time it runs.
+	startWait time.Duration
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
 }
 
 // startGuard starts the guard, which starts the command.
@@ -366,6 +374,7 @@ func startGuard(s guardSpec) (*guardProc, error) {
 	args := []string{guardCommand,
 		"-grace", s.grace.String(),
 		"-deadline", strconv.FormatInt(s.deadline, 10),
+		"-start-wait", max(s.startWait, guardStartWait).String(),
 		"-path", s.path, "--"}
 	cmd := exec.Command(s.self, append(args, s.argv...)...)
 	cmd.Env = s.env

@@ -458,3 +458,30 @@ func TestGuardStartDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A guard that starts after its deadline waits for a newer one for as
+// long as ddblock told it (-start-wait, the lease), and refuses to start
+// the command once that wait is over without one.
+func TestGuardAwaitStartWaitsStartWait(t *testing.T) {
+	for _, tc := range []struct {
+		startWait time.Duration
+		want      bool
+	}{
+		{startWait: 50 * time.Millisecond, want: false}, // the newer deadline comes too late
+		{startWait: time.Minute, want: true},
+	} {
+		g := &guard{deadline: machineNow() - int64(time.Second), startWait: tc.startWait}
+		msgs := make(chan guardMsg, 1)
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			time.Sleep(time.Second) // far past the short wait, even on a loaded machine
+			msgs <- guardMsg{line: "D " + strconv.FormatInt(machineNow()+int64(time.Minute), 10)}
+		}()
+		_, ok := g.awaitStart(msgs)
+		<-sent
+		if ok != tc.want {
+			t.Errorf("start wait %v, a newer deadline 1s later: started %v, want %v", tc.startWait, ok, tc.want)
+		}
+	}
+}

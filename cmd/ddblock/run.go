@@ -481,7 +481,11 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 	g, err := startGuard(guardSpec{
 		self: r.env.self, path: path, argv: command, env: env,
 		grace: tm.grace, deadline: safeUntil(),
-		stdin: r.env.stdin, stdout: r.env.stdout, stderr: r.env.childStderr,
+		// A guard that starts after the deadline waits for the next
+		// heartbeat's; within a lease one comes, or the lock is lost
+		// and ddblock tells the guard so.
+		startWait: tm.lease,
+		stdin:     r.env.stdin, stdout: r.env.stdout, stderr: r.env.childStderr,
 	})
 	if err != nil {
 		r.release(lock, false)
