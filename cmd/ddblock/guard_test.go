@@ -408,13 +408,17 @@ func TestRunRetriesTransientFailure(t *testing.T) {
 // given deadline has passed still starts the command if a newer one is
 // in its pipe, and refuses to if none comes.
 func TestGuardStartDeadline(t *testing.T) {
-	start := func(t *testing.T) *guardProc {
+	start := func(t *testing.T, startWait ...time.Duration) *guardProc {
 		t.Helper()
-		g, err := startGuard(guardSpec{
+		spec := guardSpec{
 			self: binPath, path: "/bin/sh", argv: []string{"sh", "-c", "exit 7"}, env: baseEnv(),
 			grace: 100 * time.Millisecond, deadline: machineNow() - int64(time.Second),
 			stdout: io.Discard, stderr: io.Discard,
-		})
+		}
+		if len(startWait) > 0 {
+			spec.startWait = startWait[0]
+		}
+		g, err := startGuard(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,6 +442,18 @@ func TestGuardStartDeadline(t *testing.T) {
 	}
 	t.Run("newer deadline", func(t *testing.T) {
 		g := start(t)
+		g.extend(machineNow() + int64(time.Minute))
+		got := events(g)
+		if !strings.HasPrefix(got, "P ") || !strings.HasSuffix(got, ",X 7") {
+			t.Errorf("guard events %q: want the command started (P) and its status (X 7)", got)
+		}
+	})
+	t.Run("newer deadline after 2s, within its start wait", func(t *testing.T) {
+		// ddblock passes the lease as the start wait: a heartbeat period
+		// over 2 s must not make the guard give up before the next
+		// heartbeat's deadline comes.
+		g := start(t, time.Minute)
+		time.Sleep(2500 * time.Millisecond)
 		g.extend(machineNow() + int64(time.Minute))
 		got := events(g)
 		if !strings.HasPrefix(got, "P ") || !strings.HasSuffix(got, ",X 7") {
