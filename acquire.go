@@ -83,9 +83,9 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	if err := c.checkAcquire(pk, &o); err != nil {
 		return nil, err
 	}
-	a := &acquisition{c: c, pk: pk, opts: o, once: once, start: c.clock.Monotonic(), id: lockID(pk, o.SortKey)}
+	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
-	lock, err := a.run(ctx)
+	lock, err := a.run(ctx, a, &a.opts)
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
 	return lock, err
 }
@@ -135,12 +135,10 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 
 // acquisition is one AcquireLock call in progress.
 type acquisition struct {
-	c     *Client
-	pk    string
-	id    string
-	opts  AcquireOptions
-	once  bool
-	start time.Duration
+	retryLoop
+	pk   string
+	id   string
+	opts AcquireOptions
 
 	// What the last look at the table showed: an item with this record
 	// version number, first seen at seenAt (monotonic); nil when there
@@ -151,48 +149,6 @@ type acquisition struct {
 	// session item was sent, on the monotonic and the wall clock.
 	sessionReadSent time.Duration
 	sessionReadWall time.Time
-	attempts        int
-	lastErr         error // the last attempt's transient failure, if it failed
-}
-
-func (a *acquisition) run(ctx context.Context) (*Lock, error) {
-	c := a.c
-	for {
-		if c.isClosed() {
-			return nil, a.fail(CodeClientShutdown, "the client is closed", nil)
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, a.ctxError(ctx)
-		}
-		a.attempts++
-		lock, err := a.attempt(ctx)
-		switch {
-		case lock != nil:
-			return lock, nil
-		case err != nil && !transient(err):
-			return nil, err
-		case err != nil:
-			// Throttled, a server error, a lost connection: try again at
-			// the next retry, within the retry timeout.
-			a.lastErr = err
-			c.log.Warn("ddblock: acquire attempt failed; will retry", "key", a.pk, "sort_key", a.opts.SortKey, "err", err)
-		default:
-			a.lastErr = nil
-			c.opts.Metrics.LockContended()
-		}
-		if a.once {
-			return nil, a.giveUp()
-		}
-		// Sleep until start + n*retry period, as Python does, unless that
-		// is past the retry timeout.
-		wake := a.start + time.Duration(a.attempts)*a.opts.RetryPeriod
-		if wake > a.start+a.opts.RetryTimeout {
-			return nil, a.giveUp()
-		}
-		if err := a.sleep(ctx, wake-c.clock.Monotonic()); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // attempt makes one try. It returns the lock when acquired, an error
@@ -482,26 +438,11 @@ func (c *Client) deleteIfOurs(info *LockInfo, sess *session) {
 	}
 }
 
-func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
-	t := a.c.clock.NewTimer(max(d, 0))
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return a.ctxError(ctx)
-	case <-a.c.ctx.Done():
-		return a.fail(CodeClientShutdown, "the client was closed while waiting", nil)
-	}
-}
-
-// giveUp is the error of an acquire that ran out of attempts: the last
-// attempt's failure if it failed, else LOCK_HELD for TryAcquireLock and
-// ACQUIRE_TIMEOUT for AcquireLock.
-func (a *acquisition) giveUp() error {
+// heldError is the answer of an acquire whose attempts ran out with the
+// lock held: LOCK_HELD for TryAcquireLock, ACQUIRE_TIMEOUT for
+// AcquireLock.
+func (a *acquisition) heldError() error {
 	switch {
-	case a.lastErr != nil:
-		return a.lastErr
 	case a.once && a.seen != nil:
 		return a.fail(CodeLockHeld, fmt.Sprintf("the lock is held by %q (lease %v)", a.seen.OwnerName, a.seen.LeaseDuration), nil)
 	case a.once:
@@ -523,22 +464,11 @@ func transient(err error) bool {
 
 // callError classifies a failed DynamoDB call made while acquiring.
 func (a *acquisition) callError(ctx context.Context, doing string, err error) error {
-	if ctx.Err() != nil {
-		return a.ctxError(ctx)
-	}
-	var lerr *Error
-	if errors.As(err, &lerr) {
-		return lerr // already classified, such as an unreadable item
-	}
-	return a.c.tableError(err, doing, a.pk, a.opts.SortKey)
+	return a.c.classifyCallError(ctx, a.fail, doing, err, a.pk, a.opts.SortKey)
 }
 
-func (a *acquisition) ctxError(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return a.fail(CodeAcquireTimeout, "the context's deadline passed", cause)
-	}
-	return a.fail(CodeCanceled, "the context was cancelled", cause)
+func (a *acquisition) retryingAfter(err error) {
+	a.c.log.Warn("ddblock: acquire attempt failed; will retry", "key", a.pk, "sort_key", a.opts.SortKey, "err", err)
 }
 
 func (a *acquisition) fail(code Code, msg string, cause error) *Error {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -181,12 +180,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Loc
 
 // semaphoreAcquire is one Acquire or TryAcquire call in progress.
 type semaphoreAcquire struct {
-	s        *Semaphore
-	opts     AcquireOptions
-	once     bool
-	start    time.Duration
-	attempts int
-	lastErr  error
+	retryLoop
+	s    *Semaphore
+	opts AcquireOptions
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
@@ -212,46 +208,10 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 		return nil, err
 	}
 	o.SortKey = ""
-	sa := &semaphoreAcquire{s: s, opts: o, once: once, start: c.clock.Monotonic()}
-	lock, err := sa.run(ctx)
+	sa := &semaphoreAcquire{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, s: s, opts: o}
+	lock, err := sa.run(ctx, sa, &sa.opts)
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-sa.start, sa.attempts, err)
 	return lock, err
-}
-
-func (sa *semaphoreAcquire) run(ctx context.Context) (*Lock, error) {
-	c := sa.s.c
-	for {
-		if c.isClosed() {
-			return nil, sa.fail(CodeClientShutdown, "the client is closed", nil)
-		}
-		if ctx.Err() != nil {
-			return nil, sa.ctxError(ctx)
-		}
-		sa.attempts++
-		lock, err := sa.attempt(ctx)
-		switch {
-		case lock != nil:
-			return lock, nil
-		case err != nil && !transient(err):
-			return nil, err
-		case err != nil:
-			sa.lastErr = err
-			c.log.Warn("ddblock: semaphore acquire attempt failed; will retry", "semaphore", sa.s.name, "err", err)
-		default:
-			sa.lastErr = nil
-			c.opts.Metrics.LockContended()
-		}
-		if sa.once {
-			return nil, sa.giveUp()
-		}
-		wake := sa.start + time.Duration(sa.attempts)*sa.opts.RetryPeriod
-		if wake > sa.start+sa.opts.RetryTimeout {
-			return nil, sa.giveUp()
-		}
-		if err := sa.sleep(ctx, wake-c.clock.Monotonic()); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // attempt reads the slots and writes to those a write can take, until
@@ -315,7 +275,7 @@ func (sa *semaphoreAcquire) slotAcquisition(i int) *acquisition {
 	pk, sk := sa.s.slotKey(i)
 	o := sa.opts
 	o.SortKey = sk
-	a := &acquisition{c: c, pk: pk, opts: o, once: sa.once, start: sa.start, id: lockID(pk, sk)}
+	a := &acquisition{retryLoop: retryLoop{c: c, once: sa.once, start: sa.start}, pk: pk, opts: o, id: lockID(pk, sk)}
 	a.seen, a.seenAt = c.observations.get(a.id)
 	return a
 }
@@ -514,24 +474,10 @@ func isSemaphoreMeta(item map[string]types.AttributeValue) bool {
 	return slots && !rvn
 }
 
-func (sa *semaphoreAcquire) sleep(ctx context.Context, d time.Duration) error {
-	c := sa.s.c
-	t := c.clock.NewTimer(max(d, 0))
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return sa.ctxError(ctx)
-	case <-c.ctx.Done():
-		return sa.fail(CodeClientShutdown, "the client was closed while waiting", nil)
-	}
-}
-
-func (sa *semaphoreAcquire) giveUp() error {
+// heldError is the answer when the attempts ran out with every slot
+// held.
+func (sa *semaphoreAcquire) heldError() error {
 	switch {
-	case sa.lastErr != nil:
-		return sa.lastErr
 	case sa.once:
 		return sa.fail(CodeLockHeld, fmt.Sprintf("all %d slots are held", sa.s.slots), nil)
 	default:
@@ -540,23 +486,12 @@ func (sa *semaphoreAcquire) giveUp() error {
 }
 
 func (sa *semaphoreAcquire) callError(ctx context.Context, doing string, err error) error {
-	if ctx.Err() != nil {
-		return sa.ctxError(ctx)
-	}
-	var lerr *Error
-	if errors.As(err, &lerr) {
-		return lerr
-	}
 	pk, sk := sa.s.metaKey()
-	return sa.s.c.tableError(err, doing, pk, sk)
+	return sa.s.c.classifyCallError(ctx, sa.fail, doing, err, pk, sk)
 }
 
-func (sa *semaphoreAcquire) ctxError(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return sa.fail(CodeAcquireTimeout, "the context's deadline passed", cause)
-	}
-	return sa.fail(CodeCanceled, "the context was cancelled", cause)
+func (sa *semaphoreAcquire) retryingAfter(err error) {
+	sa.s.c.log.Warn("ddblock: semaphore acquire attempt failed; will retry", "semaphore", sa.s.name, "err", err)
 }
 
 // fail is an error about the semaphore as a whole, keyed by its name.

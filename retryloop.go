@@ -1,0 +1,121 @@
+package ddblock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// retryLoop is the loop of attempts that AcquireLock, TryAcquireLock and
+// Semaphore.Acquire share: attempts at start + n × the retry period, as
+// python_dynamodb_lock makes them, until one wins, one fails for good,
+// the retry timeout would pass, the context ends or the client closes.
+// Transient failures (throttling, server errors, lost connections) are
+// tried again at the next attempt; the last one is returned should the
+// loop give up.
+type retryLoop struct {
+	c        *Client
+	once     bool // TryAcquireLock: one attempt, then an answer
+	start    time.Duration
+	attempts int
+	lastErr  error // the last attempt's transient failure, if it failed
+}
+
+// retryTarget is what one kind of acquire brings to the loop.
+type retryTarget interface {
+	// attempt makes one try: the lock when won, an error when the
+	// acquire must end (or failed in a way worth another try), neither
+	// when what it wants is held.
+	attempt(ctx context.Context) (*Lock, error)
+	// fail makes an error about what is being acquired.
+	fail(code Code, msg string, cause error) *Error
+	// heldError is the answer when the attempts ran out, the last of
+	// them finding everything held: LOCK_HELD for TryAcquireLock,
+	// ACQUIRE_TIMEOUT otherwise.
+	heldError() error
+	// retryingAfter logs a transient failure that will be tried again.
+	retryingAfter(err error)
+}
+
+func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
+	c := r.c
+	for {
+		if c.isClosed() {
+			return nil, t.fail(CodeClientShutdown, "the client is closed", nil)
+		}
+		if ctx.Err() != nil {
+			return nil, contextError(ctx, t.fail)
+		}
+		r.attempts++
+		lock, err := t.attempt(ctx)
+		switch {
+		case lock != nil:
+			return lock, nil
+		case err != nil && !transient(err):
+			return nil, err
+		case err != nil:
+			r.lastErr = err
+			t.retryingAfter(err)
+		default:
+			r.lastErr = nil
+			c.opts.Metrics.LockContended()
+		}
+		if r.once {
+			return nil, r.giveUp(t)
+		}
+		// Sleep until start + n × the retry period, as Python does,
+		// unless that is past the retry timeout.
+		wake := r.start + time.Duration(r.attempts)*opts.RetryPeriod
+		if wake > r.start+opts.RetryTimeout {
+			return nil, r.giveUp(t)
+		}
+		if err := r.sleep(ctx, t, wake-c.clock.Monotonic()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// giveUp is the error of a loop that ran out of attempts: the last
+// attempt's failure if it failed, else the target's answer for "held".
+func (r *retryLoop) giveUp(t retryTarget) error {
+	if r.lastErr != nil {
+		return r.lastErr
+	}
+	return t.heldError()
+}
+
+func (r *retryLoop) sleep(ctx context.Context, t retryTarget, d time.Duration) error {
+	timer := r.c.clock.NewTimer(max(d, 0))
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return nil
+	case <-ctx.Done():
+		return contextError(ctx, t.fail)
+	case <-r.c.ctx.Done():
+		return t.fail(CodeClientShutdown, "the client was closed while waiting", nil)
+	}
+}
+
+// contextError is the error of an acquire whose context ended: its
+// deadline is an ACQUIRE_TIMEOUT, a cancel is CANCELED.
+func contextError(ctx context.Context, fail func(Code, string, error) *Error) error {
+	cause := context.Cause(ctx)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fail(CodeAcquireTimeout, "the context's deadline passed", cause)
+	}
+	return fail(CodeCanceled, "the context was cancelled", cause)
+}
+
+// classifyCallError classifies a failed DynamoDB call made while
+// acquiring, keyed by (pk, sk).
+func (c *Client) classifyCallError(ctx context.Context, fail func(Code, string, error) *Error, doing string, err error, pk, sk string) error {
+	if ctx.Err() != nil {
+		return contextError(ctx, fail)
+	}
+	var lerr *Error
+	if errors.As(err, &lerr) {
+		return lerr // already classified, such as an unreadable item
+	}
+	return c.tableError(err, doing, pk, sk)
+}
