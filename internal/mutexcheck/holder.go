@@ -135,8 +135,14 @@ func (h *Holder) roundOn(ctx context.Context, pk, key string, opts []ddblock.Acq
 		return false
 	}
 	tenure := h.work(ctx, nil, lock, key, hold)
+	h.release(ctx, tenure, lock)
+	return false
+}
+
+// release gives back the lock of a tenure and logs how that went.
+func (h *Holder) release(ctx context.Context, tenure string, lock *ddblock.Lock) {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), h.AcquireTimeout)
-	err = lock.Release(rctx, ddblock.WithBestEffort(false))
+	err := lock.Release(rctx, ddblock.WithBestEffort(false))
 	rcancel()
 	outcome := "ok"
 	if err != nil {
@@ -148,7 +154,6 @@ func (h *Holder) roundOn(ctx context.Context, pk, key string, opts []ddblock.Acq
 		outcome = "not-held-" + string(reason)
 	}
 	h.Log.Released(tenure, Now(), outcome)
-	return false
 }
 
 // roundSemaphore is one slot's acquire, tenure and release; true when
@@ -177,17 +182,7 @@ func (h *Holder) roundSemaphore(ctx context.Context, key string, hold time.Durat
 		return false
 	}
 	tenure := h.work(ctx, nil, lock, fmt.Sprintf("%s/slot-%d", key, slot), hold)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), h.AcquireTimeout)
-	err = lock.Release(rctx, ddblock.WithBestEffort(false))
-	rcancel()
-	outcome := "ok"
-	if err != nil {
-		h.failed("release", err)
-		outcome = string(ddblock.CodeOf(err))
-	} else if reason := ddblock.CodeOf(lock.Err()); reason != ddblock.CodeLockReleased {
-		outcome = "not-held-" + string(reason)
-	}
-	h.Log.Released(tenure, Now(), outcome)
+	h.release(ctx, tenure, lock)
 	return false
 }
 
