@@ -61,6 +61,22 @@ func stepUntil(t *testing.T, clk *clock.Fake, sleepers int, done <-chan struct{}
 	}
 }
 
+// acquireStepping runs acquire on a goroutine of its own and steps the
+// fake clock until it returns (see stepUntil), within limit of fake time.
+// It returns what acquire returned, and the fake time it ended at.
+func acquireStepping(t *testing.T, clk *clock.Fake, sleepers int, limit time.Duration, acquire func() (*ddblock.Lock, error)) (*ddblock.Lock, time.Duration, error) {
+	t.Helper()
+	done := make(chan struct{})
+	var lock *ddblock.Lock
+	var err error
+	go func() {
+		defer close(done)
+		lock, err = acquire()
+	}()
+	end := stepUntil(t, clk, sleepers, done, limit)
+	return lock, end, err
+}
+
 // putClock records, on a fake clock, when the last successful PutItem was
 // sent: the moment a lock was taken. Tests read it rather than the moment
 // AcquireLock returned, by which time the stepping may have moved on.

@@ -283,13 +283,9 @@ func TestSemaphoreTakeoverOfDeadHolder(t *testing.T) {
 	s := semaphoreOf(t, waiter, "one", 1)
 	const retry = 700 * time.Millisecond
 	start := clk.Monotonic()
-	done := make(chan struct{})
-	var lock *ddblock.Lock
-	go func() {
-		defer close(done)
-		lock, err = s.Acquire(ctx, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
-	}()
-	stepUntil(t, clk, 2, done, time.Minute)
+	lock, _, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return s.Acquire(ctx, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+	})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -335,12 +331,9 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 	clk := fakeClock()
 	waiter := e.client(ddblock.WithClock(clk))
 	s := semaphoreOf(t, waiter, "kept", 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, err = s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 3 s lease
-	}()
-	stepUntil(t, clk, 2, done, time.Minute)
+	_, _, err = acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 3 s lease
+	})
 	var lerr *ddblock.Error
 	if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeAcquireTimeout || lerr.PartitionKey != "kept" {
 		t.Fatalf("timeout: %v; want ACQUIRE_TIMEOUT naming the semaphore", err)

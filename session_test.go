@@ -196,14 +196,9 @@ func TestSessionTakeoverAfterSessionLease(t *testing.T) {
 			}
 			const retry = 700 * time.Millisecond
 			start := clk.Monotonic()
-			done := make(chan struct{})
-			var lock *ddblock.Lock
-			var err error
-			go func() {
-				defer close(done)
-				lock, err = waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
-			}()
-			stepUntil(t, clk, sleepers, done, time.Minute)
+			lock, _, err := acquireStepping(t, clk, sleepers, time.Minute, func() (*ddblock.Lock, error) {
+				return waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+			})
 			if err != nil {
 				t.Fatalf("AcquireLock: %v", err)
 			}
@@ -428,13 +423,9 @@ func TestSessionItemRemovedOrOverwritten(t *testing.T) {
 			if err != nil || info.Session == nil || info.Session.Item != nil {
 				t.Fatalf("GetLock = %+v, %v; want a lock whose session is gone", info, err)
 			}
-			done := make(chan struct{})
-			var werr error
-			go func() {
-				defer close(done)
-				_, werr = waiter.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
-			}()
-			took := stepUntil(t, wclk, 2, done, time.Minute)
+			_, took, werr := acquireStepping(t, wclk, 2, time.Minute, func() (*ddblock.Lock, error) {
+				return waiter.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
+			})
 			if werr != nil {
 				t.Fatal(werr)
 			}
@@ -655,13 +646,9 @@ func TestSessionSemaphoreSlotTakeover(t *testing.T) {
 	s := semaphoreOf(t, waiter, "one", 1)
 	const retry = 700 * time.Millisecond
 	start := clk.Monotonic()
-	done := make(chan struct{})
-	var lock *ddblock.Lock
-	go func() {
-		defer close(done)
-		lock, err = s.Acquire(ctx, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
-	}()
-	stepUntil(t, clk, 2, done, time.Minute)
+	lock, _, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return s.Acquire(ctx, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+	})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
