@@ -32,6 +32,9 @@ import (
 // CodeCanceled or CodeUnknown. A nil context or lock is refused with
 // CodeInvalidArgument before anything changes, best effort or not.
 func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOption) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -153,6 +156,9 @@ func (c *Client) releaseAll(ctx context.Context, locks []*Lock) {
 // lock was lost while it ran, WithLock returns the lock's error: the work
 // may not have been exclusive.
 func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -245,6 +251,9 @@ func isTableNotFound(err error) bool {
 // the session item's release first (its holder then learns at its next
 // session heartbeat that every lock on it is lost), then the lock's.
 func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, recordVersionNumber string) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
