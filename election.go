@@ -198,27 +198,24 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		}
 		// A heartbeat in flight changes the version number: wait for
 		// it, so that the condition names the number the item carries.
-		lk.mu.Lock()
-		inflight := lk.hbDone
-		lk.mu.Unlock()
-		if inflight != nil {
-			select {
-			case <-inflight:
-			case <-ctx.Done():
-				return contextError(ctx, fail)
-			}
+		if err := lk.waitHeartbeat(ctx); err != nil {
+			return contextError(ctx, fail)
 		}
-		lk.mu.Lock()
-		rvn, unknown := lk.rvn, slices.Clone(lk.unknownRVNs)
-		lk.mu.Unlock()
+		rvn := lk.RecordVersionNumber()
 		err := c.setLeaderValue(ctx, lk.pk, lk.sk, rvn, value)
 		if err != nil && isConditionFailed(err) && try < tries {
-			// A heartbeat of ours that landed since (known now, or
-			// whose outcome was unknown) moved the version on; anything
-			// else is another holder's item.
+			// A heartbeat of ours may have landed first: one sent after
+			// the wait above (its reply is awaited now), or one whose
+			// outcome was unknown. Anything else is not ours any more.
+			if werr := lk.waitHeartbeat(ctx); werr != nil {
+				return contextError(ctx, fail)
+			}
 			if lk.RecordVersionNumber() != rvn {
 				continue
 			}
+			lk.mu.Lock()
+			unknown := slices.Clone(lk.unknownRVNs)
+			lk.mu.Unlock()
 			info, rerr := c.readItem(ctx, lk.pk, lk.sk)
 			if rerr == nil && info != nil && !info.Released && slices.Contains(unknown, info.RecordVersionNumber) {
 				err = c.setLeaderValue(ctx, lk.pk, lk.sk, info.RecordVersionNumber, value)
@@ -622,4 +619,20 @@ func (e *Election) leadOnce(ctx context.Context, lead *Leadership, cb LeaderCall
 		cb.OnStartedLeading(lctx, lead)
 	}
 	<-lctx.Done()
+}
+
+// waitHeartbeat waits for the lock's heartbeat in flight, if any.
+func (l *Lock) waitHeartbeat(ctx context.Context) error {
+	l.mu.Lock()
+	inflight := l.hbDone
+	l.mu.Unlock()
+	if inflight == nil {
+		return nil
+	}
+	select {
+	case <-inflight:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

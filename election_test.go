@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
@@ -616,4 +619,251 @@ func TestElectionHandoffAfterResign(t *testing.T) {
 	cancel()
 	t.Logf("hand-over after Resign, resigning right after the waiter's read (retry period %v): %v",
 		ddblock.DefaultElectionRetryPeriod, times)
+}
+
+// When ctx ends, Campaign, Run and Semaphore.Acquire answer alike, as
+// AcquireLock does: a cancel is CANCELED, a deadline ACQUIRE_TIMEOUT,
+// and either matches the context's own error with errors.Is. The retry
+// timeout of Semaphore.Acquire, with no deadline, is ACQUIRE_TIMEOUT
+// without the context's error.
+func TestContextEndErrors(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	holder := env.client(append(fastTimings, ddblock.WithOwnerName("holder"))...)
+	waiter := env.client(append(fastTimings, ddblock.WithOwnerName("waiter"))...)
+	if _, err := electionOf(t, holder, "svc").Campaign(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	sem, err := holder.NewSemaphore("pool", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wsem, err := waiter.NewSemaphore("pool", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A candidate that just resigned waits out its hand-over first: its
+	// context's end is answered from that wait too.
+	resigned := electionOf(t, waiter, "other")
+	if _, err := resigned.Campaign(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := resigned.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	calls := map[string]func(context.Context) error{
+		"Campaign": func(ctx context.Context) error {
+			_, err := electionOf(t, waiter, "svc").Campaign(ctx, "w")
+			return err
+		},
+		"Campaign in its hand-over": func(ctx context.Context) error {
+			_, err := resigned.Campaign(ctx, "r")
+			if err == nil {
+				_ = resigned.Resign(context.Background())
+			}
+			return err
+		},
+		"Run": func(ctx context.Context) error {
+			return electionOf(t, waiter, "svc").Run(ctx, "w", ddblock.LeaderCallbacks{})
+		},
+		"Run while leading": func(ctx context.Context) error {
+			return electionOf(t, waiter, "mine").Run(ctx, "w", ddblock.LeaderCallbacks{})
+		},
+		"Semaphore.Acquire": func(ctx context.Context) error {
+			_, err := wsem.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour))
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name+"/deadline", func(t *testing.T) {
+			dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			err := call(dctx)
+			if ddblock.CodeOf(err) != ddblock.CodeAcquireTimeout || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v; want ACQUIRE_TIMEOUT matching context.DeadlineExceeded", err)
+			}
+		})
+		t.Run(name+"/cancel", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(300*time.Millisecond, cancel)
+			err := call(cctx)
+			if ddblock.CodeOf(err) != ddblock.CodeCanceled || !errors.Is(err, context.Canceled) {
+				t.Errorf("%v; want CANCELED matching context.Canceled", err)
+			}
+		})
+	}
+	t.Run("Semaphore.Acquire/retry timeout", func(t *testing.T) {
+		_, err := wsem.Acquire(ctx, ddblock.WithRetryTimeout(100*time.Millisecond))
+		if ddblock.CodeOf(err) != ddblock.CodeAcquireTimeout || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%v; want ACQUIRE_TIMEOUT of its own", err)
+		}
+	})
+}
+
+// A leader changes its value without losing leadership, while its
+// heartbeats change the item's version number under it: every
+// proclamation lands, Leader and Observe see the new value, and the
+// lock stays held. After the leadership is lost, Proclaim says so and
+// leaves the new leader's item alone.
+func TestElectionProclaim(t *testing.T) {
+	env := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c1 := env.client(append(fastTimings, ddblock.WithOwnerName("one"))...)
+	c2 := env.client(append(fastTimings, ddblock.WithOwnerName("two"))...)
+	e1, e2 := electionOf(t, c1, "svc"), electionOf(t, c2, "svc")
+	lead, err := e1.Campaign(ctx, "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 100)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for info, err := range e2.Observe(ctx, 5*time.Millisecond) {
+			if err == nil && info != nil {
+				seen <- info.Value
+			}
+		}
+	})
+	// Proclaim until the heartbeats moved the version number on a few
+	// times: proclamations and heartbeats interleave.
+	versions := map[string]bool{lead.RecordVersionNumber(): true}
+	for i := 1; len(versions) < 4; i++ {
+		if i > 2000 {
+			t.Fatal("the heartbeats did not move the version number")
+		}
+		v := "v" + strconv.Itoa(i)
+		if err := lead.Proclaim(ctx, v); err != nil {
+			t.Fatalf("Proclaim %s: %v", v, err)
+		}
+		versions[lead.RecordVersionNumber()] = true
+		if lead.Value() != v {
+			t.Fatalf("Value %q after proclaiming %q", lead.Value(), v)
+		}
+		info, err := e2.Leader(ctx)
+		if err != nil || info.Value != v || info.Owner != "one" {
+			t.Fatalf("Leader after proclaiming %s: %+v, %v", v, info, err)
+		}
+	}
+	if err := lead.Err(); err != nil {
+		t.Fatalf("the leadership after proclaiming: %v", err)
+	}
+	attr, _ := lead.AdditionalAttributes()["ddblock_leader"].(*types.AttributeValueMemberS)
+	if attr == nil || attr.Value != lead.Value() {
+		t.Errorf("the lock's attributes say %v; want %q", attr, lead.Value())
+	}
+	waitFor(t, "Observe to see the last value", func() bool {
+		for {
+			select {
+			case v := <-seen:
+				if v == lead.Value() {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	// Lost: an operator removes the item and two leads.
+	for try := 0; ; try++ {
+		info, err := c2.GetLock(ctx, "svc", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = c2.ForceRelease(ctx, "svc", "", info.RecordVersionNumber); err == nil {
+			break
+		}
+		if try == 50 {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+	}
+	if _, err := e2.Campaign(ctx, "two's"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Proclaim(ctx, "late"); !errors.Is(err, ddblock.ErrLockStolen) {
+		t.Errorf("Proclaim after the lock was taken: %v; want LOCK_STOLEN", err)
+	}
+	select {
+	case <-lead.Done(): // the old leader's heartbeat finds the theft too
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old leadership did not end")
+	}
+	if info, err := e2.Leader(ctx); err != nil || info.Value != "two's" || info.Owner != "two" {
+		t.Errorf("the new leader's item: %+v, %v", info, err)
+	}
+	// Resigned: the lock's own error.
+	if err := e2.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead2, err := e1.Campaign(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead2.Proclaim(ctx, "x"); !errors.Is(err, ddblock.ErrLockReleased) {
+		t.Errorf("Proclaim after Resign: %v; want LOCK_RELEASED", err)
+	}
+}
+
+// Observe reports a new term even when the same owner wins again with
+// the same value and no read fell in the gap between the two terms.
+func TestElectionObserveNewTerm(t *testing.T) {
+	env := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leader := env.client(append(fastTimings, ddblock.WithOwnerName("one"), ddblock.WithFencingTokens())...)
+	clk := fakeClock()
+	watcher := env.client(ddblock.WithClock(clk))
+	changes := make(chan *ddblock.LeaderInfo, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	if _, err := electionOf(t, leader, "svc").Campaign(ctx, "same"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		for info, err := range electionOf(t, watcher, "svc").Observe(ctx, time.Second) {
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			changes <- info
+		}
+	})
+	first := <-changes
+	if first == nil || first.Owner != "one" || first.Value != "same" || first.Term == "" {
+		t.Fatalf("first report %+v; want one leading with a term", first)
+	}
+	// Out and in again between two reads: a fresh Election, so no
+	// hand-over wait.
+	e := electionOf(t, leader, "svc")
+	if err := electionOf(t, leader, "svc").Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leader.HeldLocks() {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Campaign(ctx, "same"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watcher to sleep", func() bool { return clk.Timers() >= 2 })
+	clk.Advance(time.Second)
+	select {
+	case next := <-changes:
+		if next == nil || next.Owner != "one" || next.Value != "same" || next.Term == first.Term {
+			t.Errorf("after a new term: %+v; want one, same, a term other than %q", next, first.Term)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Observe did not report the new term")
+	}
 }
