@@ -645,33 +645,46 @@ func TestContextEndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A candidate that just resigned waits out its hand-over first: its
-	// context's end is answered from that wait too.
-	resigned := electionOf(t, waiter, "other")
-	if _, err := resigned.Campaign(ctx, "r"); err != nil {
-		t.Fatal(err)
-	}
-	if err := resigned.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-
 	calls := map[string]func(context.Context) error{
 		"Campaign": func(ctx context.Context) error {
-			_, err := electionOf(t, waiter, "svc").Campaign(ctx, "w")
+			e, err := waiter.NewElection("svc")
+			if err == nil {
+				_, err = e.Campaign(ctx, "w")
+			}
 			return err
 		},
+		// A candidate that just resigned waits out its hand-over
+		// first: its context's end is answered from that wait too.
 		"Campaign in its hand-over": func(ctx context.Context) error {
-			_, err := resigned.Campaign(ctx, "r")
+			e, err := waiter.NewElection("other") // a fresh one: no hand-over yet
+			if err != nil {
+				return err
+			}
+			if _, err := e.Campaign(context.Background(), "r"); err != nil {
+				return err
+			}
+			if err := e.Resign(context.Background()); err != nil {
+				return err
+			}
+			_, err = e.Campaign(ctx, "r")
 			if err == nil {
-				_ = resigned.Resign(context.Background())
+				_ = e.Resign(context.Background())
 			}
 			return err
 		},
 		"Run": func(ctx context.Context) error {
-			return electionOf(t, waiter, "svc").Run(ctx, "w", ddblock.LeaderCallbacks{})
+			e, err := waiter.NewElection("svc")
+			if err != nil {
+				return err
+			}
+			return e.Run(ctx, "w", ddblock.LeaderCallbacks{})
 		},
 		"Run while leading": func(ctx context.Context) error {
-			return electionOf(t, waiter, "mine").Run(ctx, "w", ddblock.LeaderCallbacks{})
+			e, err := waiter.NewElection("mine")
+			if err != nil {
+				return err
+			}
+			return e.Run(ctx, "w", ddblock.LeaderCallbacks{})
 		},
 		"Semaphore.Acquire": func(ctx context.Context) error {
 			_, err := wsem.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour))
