@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"iter"
 	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -164,18 +163,17 @@ func (l *Leadership) Context() context.Context {
 }
 
 // Proclaim changes the value this leader publishes, without giving up
-// leadership (etcd's Proclaim): one conditional UpdateItem of the lock
-// item's leader value. The condition is that the item is still this
-// leadership's: same record version number, not released. The lock's
-// heartbeats change the version number and leave the value alone, so
-// Proclaim waits for a heartbeat in flight and tries again when one
-// landed in between; it never changes the version number itself, so it
-// cannot make a heartbeat fail.
+// leadership (etcd's Proclaim): one UpdateItem of the lock item's leader
+// value, on the condition a guarded write uses (see [Lock.Guard]): the
+// item still names this lock's owner and tenure, and was not released.
+// Heartbeats keep the tenure and leave the value alone, and Proclaim
+// changes neither the tenure nor the record version number, so the two
+// never make each other fail.
 //
 // It ends with the lock's error (CodeLockInDanger, CodeLockStolen,
-// CodeLockReleased, CodeClientShutdown) when leadership is already lost,
-// CodeLockStolen when the item turns out to be someone else's (the
-// leadership's heartbeats will end it too), CodeCanceled or
+// CodeLockReleased, CodeClientShutdown) when leadership is already known
+// lost, CodeLockStolen when the item turns out to be another tenure's
+// (the leadership's heartbeats end it too), CodeCanceled or
 // CodeAcquireTimeout when ctx ends (cancel or deadline, as for
 // Campaign), CodeInvalidArgument for a zero Leadership or a nil ctx,
 // and CodeUnknown wrapping the cause on any other failure: the value
@@ -189,79 +187,51 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	lk := l.Lock
-	c := lk.client
-	fail := func(code Code, msg string, cause error) *Error { return lk.lockError(code, msg, cause) }
-	const tries = 5
-	for try := 1; ; try++ {
-		if err := lk.Err(); err != nil {
-			return err
+	if err := lk.Err(); err != nil {
+		return err
+	}
+	err := lk.client.setLeaderValue(ctx, lk, value)
+	switch {
+	case err == nil:
+		lk.mu.Lock()
+		attrs := maps.Clone(lk.attrs)
+		if attrs == nil {
+			attrs = map[string]types.AttributeValue{}
 		}
-		// A heartbeat in flight changes the version number: wait for
-		// it, so that the condition names the number the item carries.
-		if err := lk.waitHeartbeat(ctx); err != nil {
-			return contextError(ctx, fail)
+		attrs[attrLeaderValue] = &types.AttributeValueMemberS{Value: value}
+		lk.attrs = attrs
+		lk.mu.Unlock()
+		l.mu.Lock()
+		l.value = value
+		l.mu.Unlock()
+		return nil
+	case isConditionFailed(err):
+		if lerr := lk.Err(); lerr != nil {
+			return lerr
 		}
-		rvn := lk.RecordVersionNumber()
-		err := c.setLeaderValue(ctx, lk.pk, lk.sk, rvn, value)
-		if err != nil && isConditionFailed(err) && try < tries {
-			// A heartbeat of ours may have landed first: one sent after
-			// the wait above (its reply is awaited now), or one whose
-			// outcome was unknown. Anything else is not ours any more.
-			if werr := lk.waitHeartbeat(ctx); werr != nil {
-				return contextError(ctx, fail)
-			}
-			if lk.RecordVersionNumber() != rvn {
-				continue
-			}
-			lk.mu.Lock()
-			unknown := slices.Clone(lk.unknownRVNs)
-			lk.mu.Unlock()
-			info, rerr := c.readItem(ctx, lk.pk, lk.sk)
-			if rerr == nil && info != nil && !info.Released && slices.Contains(unknown, info.RecordVersionNumber) {
-				err = c.setLeaderValue(ctx, lk.pk, lk.sk, info.RecordVersionNumber, value)
-			}
-		}
-		switch {
-		case err == nil:
-			lk.mu.Lock()
-			attrs := maps.Clone(lk.attrs)
-			if attrs == nil {
-				attrs = map[string]types.AttributeValue{}
-			}
-			attrs[attrLeaderValue] = &types.AttributeValueMemberS{Value: value}
-			lk.attrs = attrs
-			lk.mu.Unlock()
-			l.mu.Lock()
-			l.value = value
-			l.mu.Unlock()
-			return nil
-		case isConditionFailed(err):
-			if lerr := lk.Err(); lerr != nil {
-				return lerr
-			}
-			return fail(CodeLockStolen, "the leader's lock item changed hands before the proclamation", err)
-		case ctx.Err() != nil:
-			return contextError(ctx, fail)
-		default:
-			return c.tableError(err, "proclaiming a new leader value", lk.pk, lk.sk)
-		}
+		return lk.lockError(CodeLockStolen, "the leader's lock item is not this leadership's any more", err)
+	case ctx.Err() != nil:
+		return contextError(ctx, lk.lockError)
+	default:
+		return lk.client.tableError(err, "proclaiming a new leader value", lk.pk, lk.sk)
 	}
 }
 
-// setLeaderValue writes an election's leader value into its lock item,
-// on the condition that the item carries rvn and is not released.
-func (c *Client) setLeaderValue(ctx context.Context, pk, sk, rvn, value string) error {
+// setLeaderValue writes an election's leader value into the lock item
+// of l, on the condition that the item is still l's tenure.
+func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) error {
 	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(pk, sk),
+		Key:                 c.codec.key(l.pk, l.sk),
 		UpdateExpression:    aws.String("SET #leader = :leader"),
-		ConditionExpression: aws.String(condOwned + " AND attribute_not_exists(" + nameRel + ")"),
+		ConditionExpression: aws.String(guardCondition),
 		ExpressionAttributeNames: map[string]string{
-			"#leader": attrLeaderValue, nameRVN: attrRVN, nameRel: attrReleased,
+			"#leader": attrLeaderValue, "#own": attrOwnerName, "#ten": attrTenure, "#rel": attrReleased,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":leader": &types.AttributeValueMemberS{Value: value},
-			valueRVN:  &types.AttributeValueMemberS{Value: rvn},
+			":own":    &types.AttributeValueMemberS{Value: l.owner},
+			":ten":    &types.AttributeValueMemberS{Value: l.tenure},
 		},
 	}, c.throttleWatch("UpdateItem")...)
 	return err
@@ -408,7 +378,9 @@ type LeaderInfo struct {
 	// Term tells one leadership from the next, even when the same owner
 	// wins again with the same value: the lock's fencing token when the
 	// item counts them (as a decimal number, greater for every later
-	// term), else "". Heartbeats and proclamations do not change it.
+	// term), else its tenure (Lock.Tenure, a random identifier written
+	// at each acquisition). Heartbeats and proclamations do not change
+	// it. Compare terms for equality; only tokens are ordered.
 	Term string
 	// Lock is the leader's lock item.
 	Lock LockInfo
@@ -419,7 +391,7 @@ func termOf(info *LockInfo) string {
 	if info.FencingToken > 0 {
 		return strconv.FormatInt(info.FencingToken, 10)
 	}
-	return ""
+	return info.Tenure
 }
 
 // Leader returns the current leader, read from the table with a strongly
@@ -458,7 +430,7 @@ func (e *Election) Leader(ctx context.Context) (*LeaderInfo, error) {
 // reads, nor a gap without leader between two terms (the new term is
 // reported, not the "none" before it). A new term is told from the
 // last by [LeaderInfo.Term], so the same owner winning again with the
-// same value is reported as a change when the item carries a term.
+// same value is reported as a change.
 //
 //	for leader, err := range election.Observe(ctx, 0) { … }
 func (e *Election) Observe(ctx context.Context, period time.Duration) iter.Seq2[*LeaderInfo, error] {
@@ -619,20 +591,4 @@ func (e *Election) leadOnce(ctx context.Context, lead *Leadership, cb LeaderCall
 		cb.OnStartedLeading(lctx, lead)
 	}
 	<-lctx.Done()
-}
-
-// waitHeartbeat waits for the lock's heartbeat in flight, if any.
-func (l *Lock) waitHeartbeat(ctx context.Context) error {
-	l.mu.Lock()
-	inflight := l.hbDone
-	l.mu.Unlock()
-	if inflight == nil {
-		return nil
-	}
-	select {
-	case <-inflight:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

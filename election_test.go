@@ -829,10 +829,19 @@ func TestElectionProclaim(t *testing.T) {
 // Observe reports a new term even when the same owner wins again with
 // the same value and no read fell in the gap between the two terms.
 func TestElectionObserveNewTerm(t *testing.T) {
+	for name, extra := range map[string][]ddblock.Option{
+		"tenure":        nil,
+		"fencing token": {ddblock.WithFencingTokens()},
+	} {
+		t.Run(name, func(t *testing.T) { testObserveNewTerm(t, extra) })
+	}
+}
+
+func testObserveNewTerm(t *testing.T, extra []ddblock.Option) {
 	env := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	leader := env.client(append(fastTimings, ddblock.WithOwnerName("one"), ddblock.WithFencingTokens())...)
+	leader := env.client(append(append(fastTimings, ddblock.WithOwnerName("one")), extra...)...)
 	clk := fakeClock()
 	watcher := env.client(ddblock.WithClock(clk))
 	changes := make(chan *ddblock.LeaderInfo, 16)

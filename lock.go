@@ -145,7 +145,12 @@ func (l *Lock) FencingToken() int64 {
 // item as ddblock_tenure and kept by every heartbeat: it changes only when
 // the key is acquired again, by anyone, this client included. A guarded
 // write is conditioned on it (see [Lock.GuardedWrite]).
-func (l *Lock) Tenure() string { return l.tenure }
+func (l *Lock) Tenure() string {
+	if l == nil {
+		return ""
+	}
+	return l.tenure
+}
 
 // TakenOverFrom returns the lock item this lock replaced when it was
 // taken from a holder presumed dead (its lease ran out unrefreshed, or

@@ -15,9 +15,9 @@ import (
 )
 
 // handles are the exported types a caller gets from a constructor: a
-// nil or zero one answers every method with a typed error of
-// INVALID_ARGUMENT, or with a zero result where the method returns no
-// error. values are plain data types: they must not panic either.
+// nil or zero one answers every method with a typed error (of
+// INVALID_ARGUMENT, or LOCK_NOT_HELD from the guarded writes), or with a
+// zero result where the method returns no error. values are plain data types: they must not panic either.
 var (
 	handles = []reflect.Type{
 		reflect.TypeFor[ddblock.Client](),
@@ -29,6 +29,7 @@ var (
 	values = []reflect.Type{
 		reflect.TypeFor[ddblock.Error](),
 		reflect.TypeFor[ddblock.LockInfo](),
+		reflect.TypeFor[ddblock.GuardedWriteError](),
 	}
 )
 
@@ -144,13 +145,13 @@ func checkResult(t *testing.T, handle bool, rt reflect.Type, res reflect.Value) 
 			return // (*Error)(nil).Unwrap() is nil: nothing to unwrap
 		}
 		err, _ := res.Interface().(error)
-		wantInvalid(t, "error", err)
+		wantTyped(t, "error", err)
 	case rt == reflect.TypeFor[context.Context]():
 		ctx := res.Interface().(context.Context)
 		if ctx.Err() == nil {
 			t.Error("the context is not cancelled")
 		}
-		wantInvalid(t, "context's cause", context.Cause(ctx))
+		wantTyped(t, "context's cause", context.Cause(ctx))
 	case rt == reflect.TypeFor[context.CancelFunc]():
 		res.Interface().(context.CancelFunc)() // must not panic either
 	case rt.Kind() == reflect.Chan:
@@ -182,9 +183,19 @@ func checkResult(t *testing.T, handle bool, rt reflect.Type, res reflect.Value) 
 		if len(errs) != 1 {
 			t.Fatalf("the iterator yielded %d times; want once", len(errs))
 		}
-		wantInvalid(t, "yielded error", errs[0])
+		wantTyped(t, "yielded error", errs[0])
 	case handle && !res.IsZero():
 		t.Errorf("result %v; want the zero %v", res, rt)
+	}
+}
+
+// wantTyped asserts a *ddblock.Error with a code: INVALID_ARGUMENT for
+// most, LOCK_NOT_HELD for a guarded write through a Lock that is none.
+func wantTyped(t *testing.T, what string, err error) {
+	t.Helper()
+	var lerr *ddblock.Error
+	if !errors.As(err, &lerr) || lerr.Code == "" {
+		t.Errorf("%s = %v; want a *ddblock.Error", what, err)
 	}
 }
 
