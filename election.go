@@ -126,8 +126,9 @@ func (e *Election) fail(code Code, msg string, cause error) *Error {
 // lost (the lock in danger or stolen, resigned, or the client closed).
 //
 // A zero Leadership (not returned by Campaign) has no lock: Context
-// returns a context that is already cancelled, Proclaim and the lock's
-// methods answer with CodeInvalidArgument or zero values.
+// returns a context that is already cancelled, and Proclaim and the
+// lock's methods answer as a zero [Lock] does (a typed error, or a zero
+// value).
 type Leadership struct {
 	*Lock
 	ctx    context.Context

@@ -49,8 +49,9 @@ type Callback func(code Code, lock *Lock)
 // was released, stolen, went into danger, or the client was closed.
 //
 // A nil or zero Lock (not acquired through a Client) is no lock: Err,
-// Release and Context answer with an error of CodeInvalidArgument, Done
-// is closed, and the other methods return zero values.
+// Release and Context answer with an error of CodeInvalidArgument (Guard
+// and GuardedWrite with CodeLockNotHeld), Done is closed, and the other
+// methods return zero values.
 type Lock struct {
 	client    *Client
 	id        string
