@@ -307,6 +307,11 @@ type TableReport struct {
 	// EVENTUAL (MREC, the default, also when DescribeTable says none) or
 	// STRONG (MRSC); empty for a table of one region.
 	MultiRegionConsistency types.MultiRegionConsistency
+	// TransactionsUnsupported is true for a global table with
+	// multi-Region strong consistency, on which DynamoDB runs no
+	// transactions: [Lock.GuardedWrite] cannot work there. Locks
+	// themselves need no transactions.
+	TransactionsUnsupported bool
 }
 
 // EnsureTable makes sure the lock table is there and fits: it describes
@@ -327,7 +332,9 @@ type TableReport struct {
 // clients write through one region ([TableOptions.SingleRegionWrites]).
 // One with multi-Region strong consistency (MRSC) is accepted; DynamoDB
 // gives such a table no TTL, which EnsureTable then reports
-// ([TableReport.TTLUnsupported]) rather than trying to enable it.
+// ([TableReport.TTLUnsupported]) rather than trying to enable it, and no
+// transactions, which it reports too
+// ([TableReport.TransactionsUnsupported]: no guarded writes).
 //
 // It is idempotent: run it at every start.
 func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
@@ -489,7 +496,7 @@ const legacyGlobalTables = "2017.11.29"
 // only once replicated, and conditions see every region's writes: the
 // table behaves as one.
 func (t TableOptions) checkReplication(table *types.TableDescription, report *TableReport) error {
-	report.Replicas = nil
+	report.Replicas, report.TransactionsUnsupported = nil, false
 	for _, r := range table.Replicas {
 		report.Replicas = append(report.Replicas, aws.ToString(r.RegionName))
 	}
@@ -502,7 +509,11 @@ func (t TableOptions) checkReplication(table *types.TableDescription, report *Ta
 	if report.MultiRegionConsistency == "" {
 		report.MultiRegionConsistency = types.MultiRegionConsistencyEventual
 	}
-	if report.MultiRegionConsistency == types.MultiRegionConsistencyStrong || t.SingleRegionWrites {
+	if report.MultiRegionConsistency == types.MultiRegionConsistencyStrong {
+		report.TransactionsUnsupported = true
+		return nil
+	}
+	if t.SingleRegionWrites {
 		return nil
 	}
 	where := "replicas in " + strings.Join(report.Replicas, ", ")

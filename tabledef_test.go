@@ -269,7 +269,8 @@ func replicas(regions ...string) []types.ReplicaDescription {
 // A global table replicated with eventual consistency (MREC) is refused
 // by EnsureTable and Client.CheckTable, with TABLE_UNSAFE, unless the
 // options say every client writes through one region; one with strong
-// consistency (MRSC) is accepted, its missing TTL reported, not tried.
+// consistency (MRSC) is accepted, its missing TTL reported, not tried, and
+// its missing transactions reported.
 func TestTableGlobalReplication(t *testing.T) {
 	ctx := context.Background()
 	// The client is never used to call DynamoDB: only its names are.
@@ -339,7 +340,7 @@ func TestTableGlobalReplication(t *testing.T) {
 			table: func(d *types.TableDescription) {
 				d.Replicas, d.MultiRegionConsistency = replicas("us-east-1", "us-east-2"), types.MultiRegionConsistencyStrong
 			},
-			wantReport: ddblock.TableReport{TTLUnsupported: true,
+			wantReport: ddblock.TableReport{TTLUnsupported: true, TransactionsUnsupported: true,
 				Replicas: []string{"us-east-1", "us-east-2"}, MultiRegionConsistency: types.MultiRegionConsistencyStrong},
 		},
 		{
