@@ -254,9 +254,10 @@ func libError(err error, table string) error {
 	case ddblock.CodeInvalidArgument:
 		// Settings or arguments that cannot work.
 		return fail(exitUsage, "%v", err)
-	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch:
-		// The table exists, but not as configured; or a semaphore has
-		// another number of slots than the one given.
+	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch, ddblock.CodeTableUnsafe:
+		// The table exists, but not as configured (or is an unsafe
+		// global table); or a semaphore has another number of slots
+		// than the one given.
 		return fail(exitConfig, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)
