@@ -129,7 +129,7 @@ func TestGoHeartbeatKeepsPythonItem(t *testing.T) {
 	n := defaultNames(t)
 	createTable(t, ddb, n)
 	tap := updateTap{DynamoDBAPI: ddb, done: make(chan error, 64)}
-	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond))
+	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond), ddblock.WithLeaseDuration(ddblock.DefaultLeaseDuration))
 	if _, err := c.AcquireLock(context.Background(), "go-heartbeat", ddblock.WithAdditionalAttributes(allTypesAttributes())); err != nil {
 		t.Fatalf("AcquireLock: %v", err)
 	}
