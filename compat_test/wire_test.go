@@ -83,7 +83,7 @@ func TestGoWritesPythonItems(t *testing.T) {
 			createTable(t, ddb, n)
 			c := newGoClient(t, ddb, n)
 			before := time.Now()
-			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKey(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
+			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKeyValue(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
 			after := time.Now()
 			if err != nil {
 				t.Fatalf("AcquireLock: %v", err)

@@ -328,7 +328,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		if r.sem != nil {
 			return r.sem.Acquire(ctx, opts...)
 		}
-		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKey(r.sortKey))...)
+		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
 	}
 	name := r.name()
 	lock, err := take(0)
