@@ -359,7 +359,7 @@ func TestCustomNames(t *testing.T) {
 	for k := range out.Item {
 		names = append(names, k)
 	}
-	want := []string{"lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
+	want := []string{"ddblock_tenure", "lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
 	if diff := cmp.Diff(want, names, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("attributes (-want +got):\n%s", diff)
 	}

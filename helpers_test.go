@@ -21,6 +21,7 @@ type env struct {
 	t     *testing.T
 	ddb   *dynamodb.Client
 	table string
+	data  string           // a table for the data guarded writes change (guard_test.go)
 	names []ddblock.Option // table and attribute names, for every client
 }
 
