@@ -55,6 +55,20 @@
 // stays closed: work that stopped must be restarted deliberately, under a
 // fresh check of [Lock.Status].
 //
+// # Guarded writes
+//
+// Every way of being told comes a little late for a holder that was
+// paused between its last look and its write. Where the work under the
+// lock is writing DynamoDB items, close that window with
+// [Lock.GuardedWrite]: it runs your Put, Update, Delete and
+// ConditionCheck actions in one DynamoDB transaction with a check that
+// the lock item still names this holder's tenure (see [Lock.Tenure]), so
+// that they commit only while the lock is held, as DynamoDB orders
+// things, whatever the holder's clock says. [Lock.Guard] gives the check
+// alone, for a transaction of your own. A failed guard is
+// [ErrLockNotHeld]. doc/guarded-writes.md states the guarantee and its
+// limits.
+//
 // # Elections and semaphores
 //
 // [Client.NewElection] gives a leader election under one name, and
