@@ -56,14 +56,24 @@ type TableOptions struct {
 // TableOption changes one setting of [TableOptions].
 type TableOption func(*TableOptions)
 
-// WithTableNames sets the table's name and its key and TTL attribute
-// names from a client's options, so the table matches the client.
-func WithTableNames(o Options) TableOption {
+// WithNamesFromOptions sets the table's name, its key and TTL attribute
+// names and PartitionKeyOnly from a client's options, so that the table
+// matches the client: CreateTable(ctx, ddb,
+// WithNamesFromOptions(client.Options())). (The client option that sets
+// the table's name alone is [WithTableName].)
+func WithNamesFromOptions(o Options) TableOption {
 	return func(t *TableOptions) {
 		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
 			o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
 	}
 }
+
+// WithTableNames sets the table's name and its key and TTL attribute
+// names from a client's options.
+//
+// Deprecated: Use [WithNamesFromOptions], whose name cannot be mistaken
+// for the client option [WithTableName].
+func WithTableNames(o Options) TableOption { return WithNamesFromOptions(o) }
 
 // WithProvisionedCapacity sets [TableOptions.ReadCapacity] and
 // [TableOptions.WriteCapacity].
@@ -105,7 +115,7 @@ func (t *TableOptions) check() error {
 	if t.PartitionKeyOnly {
 		o.SortKeyName = ""
 	}
-	errs = append(errs, o.problems()...)
+	errs = append(errs, o.check(timingOrigins{})...)
 	if !t.OnDemand && (t.ReadCapacity <= 0 || t.WriteCapacity <= 0) {
 		errs = append(errs, invalidArg("Capacity", fmt.Sprintf("read and write capacity must be positive, got %d/%d", t.ReadCapacity, t.WriteCapacity)))
 	}

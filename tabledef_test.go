@@ -24,7 +24,7 @@ func TestCreateTableTTL(t *testing.T) {
 	ddb := srv.Client(0)
 	ctx := context.Background()
 	name := ddbtest.TableName(t)
-	err := ddblock.CreateTable(ctx, ddb, ddblock.WithTableNames(ddblock.Options{
+	err := ddblock.CreateTable(ctx, ddb, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName: name, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time",
 	}), ddblock.WithPollInterval(10*time.Millisecond))
 	if srv.HasTTL() {
@@ -171,7 +171,7 @@ func TestEnsureTableTTL(t *testing.T) {
 func TestCreateTableErrors(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	err := ddblock.CreateTable(ctx, e.ddb, ddblock.WithTableNames(ddblock.Options{
+	err := ddblock.CreateTable(ctx, e.ddb, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName: e.table, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time",
 	}))
 	var inUse *types.ResourceInUseException
@@ -179,7 +179,7 @@ func TestCreateTableErrors(t *testing.T) {
 		t.Errorf("creating an existing table: %v; want the AWS ResourceInUseException reachable", err)
 	}
 	err = ddblock.CreateTable(ctx, e.ddb, ddblock.WithProvisionedCapacity(0, 5), ddblock.WithPollInterval(0),
-		ddblock.WithTableNames(ddblock.Options{TableName: "x", PartitionKeyName: "a", SortKeyName: "a", TTLAttributeName: "t"}))
+		ddblock.WithNamesFromOptions(ddblock.Options{TableName: "x", PartitionKeyName: "a", SortKeyName: "a", TTLAttributeName: "t"}))
 	var lerr *ddblock.Error
 	if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &lerr) {
 		t.Fatalf("bad table options: %v", err)

@@ -79,11 +79,14 @@ func (c *connFlags) names() []ddblock.Option {
 	opts := []ddblock.Option{
 		ddblock.WithTableName(c.table),
 		ddblock.WithPartitionKeyName(c.pkName),
-		ddblock.WithSortKeyName(c.skName),
 		ddblock.WithTTLAttributeName(c.ttlName),
 	}
+	// The library refuses a sort key name on a partition-key-only table
+	// (check has refused --sort-key-name with --partition-key-only).
 	if c.pkOnly {
 		opts = append(opts, ddblock.WithPartitionKeyOnly())
+	} else {
+		opts = append(opts, ddblock.WithSortKeyName(c.skName))
 	}
 	return opts
 }
