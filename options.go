@@ -85,8 +85,8 @@ type Options struct {
 	// the host name followed by 32 random hex digits, as Python does.
 	OwnerName string
 	// HeartbeatPeriod is how often each held lock is refreshed. Default
-	// 5 s; when not set but another duration is, a sixth of the lease
-	// (see [Timing.Derive]). Must be below SafePeriod.
+	// 5 s; when not set, a sixth of the lease or a quarter of the safe
+	// period, the shorter (see [Timing.Derive]). Must be below SafePeriod.
 	HeartbeatPeriod time.Duration
 	// SafePeriod is how long a held lock may go without a successful
 	// heartbeat before it is declared in danger. Default 20 s; when not
@@ -95,8 +95,8 @@ type Options struct {
 	SafePeriod time.Duration
 	// LeaseDuration is written into every lock this client takes: how
 	// long others must see the lock unchanged before taking it over.
-	// Default 30 s; when not set, 3/2 of SafePeriod if that is set, or
-	// else 6 times HeartbeatPeriod if that is set. At most a year.
+	// Default 30 s; when not set, the longest of 30 s, 3/2 of SafePeriod
+	// (if set) and 6 times HeartbeatPeriod (if set). At most a year.
 	LeaseDuration time.Duration
 	// ExpiryPeriod sets the TTL attribute: now plus this, in whole epoch
 	// seconds, refreshed by every heartbeat. Default 1 h, or twice the
@@ -225,16 +225,18 @@ func WithTTLAttributeName(name string) Option {
 // WithOwnerName sets [Options.OwnerName]; empty keeps the default.
 func WithOwnerName(name string) Option { return func(o *Options) { o.OwnerName = name } }
 
-// WithHeartbeatPeriod sets [Options.HeartbeatPeriod]. Set alone, it also
-// gives a lease 6 times as long and a safe period 4 times as long (see
+// WithHeartbeatPeriod sets [Options.HeartbeatPeriod]. Set alone, it keeps
+// Python's 30 s lease and 20 s safe period, unless it is longer than 5 s:
+// then the lease is 6 times as long and the safe period 4 times (see
 // [Timing.Derive]).
 func WithHeartbeatPeriod(d time.Duration) Option {
 	return func(o *Options) { o.HeartbeatPeriod, o.set = d, o.set|setHeartbeatPeriod }
 }
 
-// WithSafePeriod sets [Options.SafePeriod]. Set without a lease, it also
-// gives a lease 3/2 as long, and from it the heartbeat period (a sixth of
-// the lease) unless that is set (see [Timing.Derive]).
+// WithSafePeriod sets [Options.SafePeriod]. Set without a lease, it keeps
+// Python's 30 s lease unless it is longer than 20 s: then the lease is 3/2
+// as long. The heartbeat period, unless set, is a sixth of the lease or a
+// quarter of the safe period, the shorter (see [Timing.Derive]).
 func WithSafePeriod(d time.Duration) Option {
 	return func(o *Options) { o.SafePeriod, o.set = d, o.set|setSafePeriod }
 }

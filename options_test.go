@@ -93,11 +93,15 @@ func TestTimingDerivation(t *testing.T) {
 		{"lease alone", []ddblock.Option{ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{2 * s, 8 * s, 12 * s, h}},
 		{"the issue's lease", []ddblock.Option{ddblock.WithLeaseDuration(10 * s)}, ddblock.Timing{10 * s / 6, 10 * s * 2 / 3, 10 * s, h}},
 		{"long lease stretches the expiry", []ddblock.Option{ddblock.WithLeaseDuration(2 * h)}, ddblock.Timing{20 * m, 80 * m, 2 * h, 4 * h}},
-		{"heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(s)}, ddblock.Timing{s, 4 * s, 6 * s, h}},
-		{"safe period alone", []ddblock.Option{ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{2 * s, 8 * s, 12 * s, h}},
-		{"heartbeat and safe period", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{s, 8 * s, 12 * s, h}},
+		// A heartbeat or safe period Python would run with its 30 s lease
+		// keeps that lease, as in Python; a longer one stretches it.
+		{"heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(s)}, ddblock.Timing{s, 20 * s, 30 * s, h}},
+		{"long heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(10 * s)}, ddblock.Timing{10 * s, 40 * s, 60 * s, h}},
+		{"safe period alone", []ddblock.Option{ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{2 * s, 8 * s, 30 * s, h}},
+		{"long safe period alone", []ddblock.Option{ddblock.WithSafePeriod(40 * s)}, ddblock.Timing{10 * s, 40 * s, 60 * s, h}},
+		{"heartbeat and safe period", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{s, 8 * s, 30 * s, h}},
 		{"heartbeat and lease", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{s, 8 * s, 12 * s, h}},
-		{"safe period and lease", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{2 * s, 5 * s, 12 * s, h}},
+		{"safe period and lease", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{5 * s / 4, 5 * s, 12 * s, h}},
 		{"expiry alone", []ddblock.Option{ddblock.WithExpiryPeriod(2 * m)}, ddblock.Timing{5 * s, 20 * s, 30 * s, 2 * m}},
 		{"all set", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(3 * s), ddblock.WithLeaseDuration(4 * s), ddblock.WithExpiryPeriod(5 * s)}, ddblock.Timing{s, 3 * s, 4 * s, 5 * s}},
 		// An option that writes a field directly and leaves it zero has
@@ -259,8 +263,6 @@ func TestConflictsNameBothSettings(t *testing.T) {
 			"HeartbeatPeriod", "HeartbeatPeriod 9s must be below SafePeriod 8s (both set)"},
 		{"heartbeat against a derived safe period", []ddblock.Option{ddblock.WithHeartbeatPeriod(25 * s), ddblock.WithLeaseDuration(30 * s)},
 			"HeartbeatPeriod", "HeartbeatPeriod 25s must be below SafePeriod 20s (SafePeriod not set: 2/3 of LeaseDuration)"},
-		{"safe period against a derived heartbeat", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(60 * s)},
-			"SafePeriod", "HeartbeatPeriod 10s must be below SafePeriod 5s (HeartbeatPeriod not set: 1/6 of LeaseDuration)"},
 		{"expiry and lease set", []ddblock.Option{ddblock.WithExpiryPeriod(10 * time.Minute), ddblock.WithLeaseDuration(time.Hour)},
 			"LeaseDuration", "LeaseDuration 1h0m0s must be below ExpiryPeriod 10m0s (both set)"},
 		{"expiry against the default lease", []ddblock.Option{ddblock.WithExpiryPeriod(10 * s)},

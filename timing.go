@@ -17,22 +17,25 @@ type Timing struct {
 
 // Derive returns t with each zero duration derived from the others, in
 // python_dynamodb_lock's proportions (5 s heartbeat, 20 s safe period,
-// 30 s lease: a sixth and two thirds of the lease). The lease is the
-// anchor:
+// 30 s lease: a sixth and two thirds of the lease), never shorter than
+// Python's default lease unless the lease is given:
 //
-//   - the lease is LeaseDuration if set; otherwise 3/2 of SafePeriod if
-//     that is set; otherwise 6 times HeartbeatPeriod if that is set;
-//     otherwise 30 s;
-//   - HeartbeatPeriod, if zero, is a sixth of the lease;
+//   - the lease is LeaseDuration if set; otherwise the longest of 30 s
+//     (Python's default), 3/2 of SafePeriod if that is set, and 6 times
+//     HeartbeatPeriod if that is set;
 //   - SafePeriod, if zero, is two thirds of the lease;
+//   - HeartbeatPeriod, if zero, is a sixth of the lease, or a quarter of
+//     the safe period if that is shorter;
 //   - ExpiryPeriod, if zero, is 1 h, or twice the lease if that is
 //     longer, so that DynamoDB's TTL never deletes an item before its
 //     lease has run out.
 //
-// So any one duration given alone yields Python's proportions, and none
-// yields Python's defaults. Durations given are kept as they are: Derive
-// does not check that they fit together (New does). A negative duration
-// is kept, and nothing is derived from it.
+// So a lease given alone yields Python's proportions, none yields
+// Python's defaults, and a heartbeat or safe period that Python would run
+// with its 30 s lease keeps that lease, as Python does; a longer one
+// stretches the lease to fit. Durations given are kept as they are:
+// Derive does not check that they fit together (New does). A negative
+// duration is kept, and nothing is derived from it.
 func (t Timing) Derive() Timing {
 	d, _ := deriveTiming(t)
 	return d
@@ -67,30 +70,34 @@ type timingOrigins struct {
 func deriveTiming(t Timing) (Timing, timingOrigins) {
 	var w timingOrigins
 	lease := t.LeaseDuration
-	switch {
-	case lease > 0:
-	case t.SafePeriod > 0:
-		lease = scale(t.SafePeriod, 3, 2)
-		w.lease = timingOrigin{how: "3/2 of SafePeriod", from: "SafePeriod"}
-	case t.HeartbeatPeriod > 0:
-		lease = scale(t.HeartbeatPeriod, 6, 1)
-		w.lease = timingOrigin{how: "6 × HeartbeatPeriod", from: "HeartbeatPeriod"}
-	default:
+	if lease <= 0 {
 		lease = DefaultLeaseDuration
 		w.lease = timingOrigin{how: "the default"}
+		if t.SafePeriod > 0 && scale(t.SafePeriod, 3, 2) > lease {
+			lease = scale(t.SafePeriod, 3, 2)
+			w.lease = timingOrigin{how: "3/2 of SafePeriod", from: "SafePeriod"}
+		}
+		if t.HeartbeatPeriod > 0 && scale(t.HeartbeatPeriod, 6, 1) > lease {
+			lease = scale(t.HeartbeatPeriod, 6, 1)
+			w.lease = timingOrigin{how: "6 × HeartbeatPeriod", from: "HeartbeatPeriod"}
+		}
 	}
 	if t.LeaseDuration == 0 {
 		t.LeaseDuration = lease
 	} else {
 		w.lease = timingOrigin{}
 	}
-	if t.HeartbeatPeriod == 0 {
-		t.HeartbeatPeriod = lease / 6
-		w.heartbeat = timingOrigin{how: "1/6 of LeaseDuration", from: "LeaseDuration"}
-	}
 	if t.SafePeriod == 0 {
 		t.SafePeriod = scale(lease, 2, 3)
 		w.safe = timingOrigin{how: "2/3 of LeaseDuration", from: "LeaseDuration"}
+	}
+	if t.HeartbeatPeriod == 0 {
+		t.HeartbeatPeriod = lease / 6
+		w.heartbeat = timingOrigin{how: "1/6 of LeaseDuration", from: "LeaseDuration"}
+		if t.SafePeriod > 0 && t.SafePeriod/4 < t.HeartbeatPeriod {
+			t.HeartbeatPeriod = t.SafePeriod / 4
+			w.heartbeat = timingOrigin{how: "1/4 of SafePeriod", from: "SafePeriod"}
+		}
 	}
 	if t.ExpiryPeriod == 0 {
 		t.ExpiryPeriod = max(DefaultExpiryPeriod, scale(lease, 2, 1))
