@@ -3,6 +3,10 @@ package ddblock_test
 import (
 	"context"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,6 +34,8 @@ var (
 		reflect.TypeFor[ddblock.Error](),
 		reflect.TypeFor[ddblock.LockInfo](),
 		reflect.TypeFor[ddblock.GuardedWriteError](),
+		reflect.TypeFor[ddblock.Timing](),
+		reflect.TypeFor[ddblock.NoMetrics](),
 	}
 )
 
@@ -47,10 +53,11 @@ func TestZeroAndNilReceivers(t *testing.T) {
 				name string
 				v    reflect.Value
 			}{{"nil", reflect.Zero(ptr)}, {"zero", reflect.New(typ)}} {
-				if recv.name == "nil" && promotedThroughNilEmbed(typ, m.Name) {
+				if recv.name == "nil" && derefsNil(typ, m.Name) {
 					// (*Leadership)(nil).PartitionKey() dereferences the
-					// nil Leadership to reach its embedded *Lock: Go's
-					// own promotion, before any code of ours runs.
+					// nil Leadership to reach its embedded *Lock, and
+					// (*Timing)(nil).Derive() to copy the value it is
+					// declared on: Go's own, before any code of ours.
 					continue
 				}
 				t.Run(typ.Name()+"/"+recv.name+"/"+m.Name, func(t *testing.T) {
@@ -73,10 +80,13 @@ func containsType(list []reflect.Type, t reflect.Type) bool {
 	return false
 }
 
-// promotedThroughNilEmbed reports whether name is a method that typ only
-// has through an embedded pointer field, so that calling it on a nil
-// *typ dereferences nil before the method runs.
-func promotedThroughNilEmbed(typ reflect.Type, name string) bool {
+// derefsNil reports whether calling the method name on a nil *typ
+// dereferences nil before the method runs: a method declared on the
+// value, or one typ only has through an embedded pointer field.
+func derefsNil(typ reflect.Type, name string) bool {
+	if _, ok := typ.MethodByName(name); ok {
+		return true // a value receiver
+	}
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		if !f.Anonymous || f.Type.Kind() != reflect.Pointer {
@@ -289,5 +299,53 @@ func TestRefusedUpFront(t *testing.T) {
 	}
 	if _, err := c.NewSemaphore("pool", 2); ddblock.CodeOf(err) != ddblock.CodeClientShutdown {
 		t.Errorf("NewSemaphore after Close: %v; want CLIENT_SHUTDOWN", err)
+	}
+}
+
+// The walk above covers every exported type of the package that has
+// exported methods: the types are read from the package's source, so a
+// new one fails here until it is added to handles or values.
+func TestZeroValueWalkCoversEveryType(t *testing.T) {
+	walked := map[string]bool{}
+	for _, typ := range append(append([]reflect.Type(nil), handles...), values...) {
+		walked[typ.Name()] = true
+	}
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	found := 0
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || !fn.Name.IsExported() {
+				continue
+			}
+			recv := fn.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			id, ok := recv.(*ast.Ident)
+			if !ok || !id.IsExported() {
+				continue
+			}
+			found++
+			if !walked[id.Name] {
+				t.Errorf("%s has exported methods (%s.%s) but TestZeroAndNilReceivers does not walk it", id.Name, id.Name, fn.Name.Name)
+				walked[id.Name] = true // once per type
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no exported method found in the package's source")
 	}
 }
