@@ -15,6 +15,16 @@
 // [Client.WithLock] does both around a function, like Python's `with`
 // block.
 //
+// # Settings
+//
+// [New] takes [Option] values over python_dynamodb_lock's defaults, and
+// resolves them once, after the last: their order never matters. The
+// durations follow each other by one rule, [Timing.Derive]: set the lease
+// alone, and the heartbeat period and safe period are a sixth and two
+// thirds of it, as Python's 5 s, 20 s and 30 s are. Settings set together
+// are checked together, and a contradiction is refused with an error
+// naming both settings. See [Options].
+//
 // # How a lock stays safe
 //
 // A lock is an item in the table, keyed by a partition key and a sort key

@@ -86,6 +86,17 @@ const (
 	CodeTransactionsUnsupported Code = "TRANSACTIONS_UNSUPPORTED"
 )
 
+// ddblock's codes for tables that cannot hold a lock safely.
+const (
+	// CodeTableUnsafe: the table cannot hold a lock safely. A global table
+	// replicated with multi-Region eventual consistency (MREC) lets
+	// clients writing in two regions both take the same lock; EnsureTable
+	// and Client.CheckTable refuse it unless the table options say that
+	// every client writes through one region
+	// ([TableOptions.SingleRegionWrites]).
+	CodeTableUnsafe Code = "TABLE_UNSAFE"
+)
+
 // Error is the one error type ddblock returns. Match a kind with
 // errors.Is against the Err… sentinels, or read the fields with errors.As:
 //
@@ -179,6 +190,9 @@ var (
 	ErrOutcomeUnknown          = &Error{Code: CodeOutcomeUnknown}
 	ErrTransactionsUnsupported = &Error{Code: CodeTransactionsUnsupported}
 )
+
+// Sentinel of the unsafe tables' code.
+var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when
 // there is none.

@@ -29,7 +29,7 @@ func exampleTransactionalDynamoDB() (ddb *dynamodb.Client, lockTable, dataTable 
 	suffix := fmt.Sprintf("%d_%d", exampleTables, time.Now().UnixNano())
 	lockTable, dataTable = "ExampleLocks"+suffix, "ExampleAccounts"+suffix
 	ctx := context.Background()
-	if err := ddblock.CreateTable(ctx, ddb, ddblock.WithTableNames(ddblock.Options{TableName: lockTable,
+	if err := ddblock.CreateTable(ctx, ddb, ddblock.WithNamesFromOptions(ddblock.Options{TableName: lockTable,
 		PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time"}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond)); err != nil {
 		log.Fatal(err)

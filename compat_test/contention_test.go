@@ -444,7 +444,7 @@ func (g *goContender) acquiredAt() time.Time { return g.tap.acquiredAt() }
 func (g *goContender) heartbeats() int       { return g.tap.heartbeats() }
 
 func (g *goContender) acquire(ctx context.Context, pk, sk string, attrs map[string]types.AttributeValue) (holding, error) {
-	l, err := g.c.AcquireLock(ctx, pk, ddblock.WithSortKey(sk), ddblock.WithAdditionalAttributes(attrs), ddblock.WithRetryTimeout(waitLimit))
+	l, err := g.c.AcquireLock(ctx, pk, ddblock.WithSortKeyValue(sk), ddblock.WithAdditionalAttributes(attrs), ddblock.WithRetryTimeout(waitLimit))
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func TestGoWritesPythonItems(t *testing.T) {
 			createTable(t, ddb, n)
 			c := newGoClient(t, ddb, n)
 			before := time.Now()
-			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKey(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
+			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKeyValue(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
 			after := time.Now()
 			if err != nil {
 				t.Fatalf("AcquireLock: %v", err)
@@ -140,7 +140,7 @@ func TestGoHeartbeatKeepsPythonItem(t *testing.T) {
 	n := defaultNames(t)
 	createTable(t, ddb, n)
 	tap := updateTap{DynamoDBAPI: ddb, done: make(chan error, 64)}
-	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond))
+	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond), ddblock.WithLeaseDuration(ddblock.DefaultLeaseDuration))
 	if _, err := c.AcquireLock(context.Background(), "go-heartbeat", ddblock.WithAdditionalAttributes(allTypesAttributes())); err != nil {
 		t.Fatalf("AcquireLock: %v", err)
 	}

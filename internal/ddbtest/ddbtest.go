@@ -125,7 +125,7 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	all := append([]ddblock.TableOption{
-		ddblock.WithTableNames(ddblock.Options{
+		ddblock.WithNamesFromOptions(ddblock.Options{
 			TableName:        name,
 			PartitionKeyName: ddblock.DefaultPartitionKeyName,
 			SortKeyName:      ddblock.DefaultSortKeyName,
