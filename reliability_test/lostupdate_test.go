@@ -705,8 +705,9 @@ func TestLostUpdates(t *testing.T) {
 		if cr.GuardedFailures[string(ddblock.CodeLockNotHeld)] == 0 {
 			t.Errorf("no guarded write failed with LOCK_NOT_HELD: the guard never had to stop a write (failures: %v)", cr.GuardedFailures)
 		}
-		if res.Injected[faultproxy.TransactionConflict] == 0 {
-			t.Error("no transaction conflict was injected")
+		if res.Injected[faultproxy.TransactionConflict] == 0 || cr.GuardedFailures[string(ddblock.CodeTransactionConflict)] == 0 {
+			t.Errorf("transaction conflicts injected %d, guarded writes failed with TRANSACTION_CONFLICT %d: both must happen",
+				res.Injected[faultproxy.TransactionConflict], cr.GuardedFailures[string(ddblock.CodeTransactionConflict)])
 		}
 		for code, n := range cr.GuardedFailures {
 			switch ddblock.Code(code) {
