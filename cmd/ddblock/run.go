@@ -53,6 +53,14 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
   DDBLOCK_TABLE                   the lock table
+  DDBLOCK_PARTITION_KEY_NAME      the table's key attributes (no sort key:
+  DDBLOCK_SORT_KEY_NAME           empty)
+  DDBLOCK_TENURE                  this acquisition's tenure, written in the
+                                  lock (heartbeats keep it)
+  DDBLOCK_GUARD_CHECK             the guard for the command's own DynamoDB
+                                  writes: a ConditionCheck on the lock item,
+                                  as JSON for one element of 'aws dynamodb
+                                  transact-write-items --transact-items'
   DDBLOCK_RECORD_VERSION_NUMBER   the version when the lock was taken
                                   (every heartbeat changes it)
   DDBLOCK_FENCING_TOKEN           the lock's fencing token, if it has one
@@ -63,6 +71,15 @@ COMMAND runs in its own process group, with the lock in its environment:
                                   partition key
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
+
+A write made in one transaction with DDBLOCK_GUARD_CHECK lands only if
+the lock item still names this run's owner and tenure, unreleased, when
+it commits: never after the lock was lost, however late it arrives. The
+condition: #own = :own AND #ten = :ten AND attribute_not_exists(#rel),
+#own owner_name, #ten ddblock_tenure, #rel ddblock_released, :own
+DDBLOCK_OWNER, :ten DDBLOCK_TENURE, on the lock item's key. A lost lock
+fails it with TransactionCanceledException, the first reason
+ConditionalCheckFailed.
 
 COMMAND is started and watched by a guard: a second ddblock process, told
 after every successful heartbeat until when the lock is safe (the
@@ -446,15 +463,36 @@ func (r *runner) acquireError(err error) error {
 	return libError(err, r.conn.table)
 }
 
+// sortKeyName is the table's sort key attribute; empty when the table
+// has none.
+func (r *runner) sortKeyName() string {
+	if r.conn.pkOnly {
+		return ""
+	}
+	return r.conn.skName
+}
+
 // commandEnv is the command's environment: ddblock's own, and the lock.
-func (r *runner) commandEnv(lock *ddblock.Lock) []string {
+func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
 	env := append(os.Environ(),
 		"DDBLOCK_KEY="+lock.PartitionKey(),
 		"DDBLOCK_SORT_KEY="+lock.SortKey(),
 		"DDBLOCK_OWNER="+lock.OwnerName(),
 		"DDBLOCK_RECORD_VERSION_NUMBER="+lock.RecordVersionNumber(),
 		tableEnv+"="+r.conn.table,
+		"DDBLOCK_PARTITION_KEY_NAME="+r.conn.pkName,
+		"DDBLOCK_SORT_KEY_NAME="+r.sortKeyName(),
+		"DDBLOCK_TENURE="+lock.Tenure(),
 	)
+	// A lock lost already has no guard: the command does not start then
+	// (or is stopped at once), and its writes could not commit anyway.
+	if guard, err := lock.Guard(); err == nil {
+		check, err := cliTransactItem(guard)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, "DDBLOCK_GUARD_CHECK="+check)
+	}
 	if token := lock.FencingToken(); token > 0 {
 		env = append(env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
 	}
@@ -470,7 +508,7 @@ func (r *runner) commandEnv(lock *ddblock.Lock) []string {
 		slot, _ := r.sem.SlotOf(lock)
 		env = append(env, "DDBLOCK_SLOT="+strconv.Itoa(slot))
 	}
-	return env
+	return env, nil
 }
 
 func isLost(err error) bool {

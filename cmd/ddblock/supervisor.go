@@ -44,7 +44,11 @@ type supervisor struct {
 // supervise runs the command under the lock, through the guard, and
 // returns ddblock's exit.
 func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm timing) error {
-	env := r.commandEnv(lock)
+	env, err := r.commandEnv(lock)
+	if err != nil {
+		r.release(lock, false)
+		return fail(exitInternal, "cannot write the guard of lock %s for the command: %v", lockName(r.key, r.sortKey), err)
+	}
 	if r.sem != nil {
 		// From here on, messages name the slot's own lock.
 		r.key, r.sortKey = lock.PartitionKey(), lock.SortKey()
