@@ -192,8 +192,9 @@ func guardFailed(err error) bool {
 // The environment a run exports guards the command's writes: the write
 // commits while the run holds the lock, also after heartbeats changed
 // the record version, and fails on the guard once the lock was released,
-// kept released (--fencing-token), or taken again by the same owner (a new
-// tenure). On dynalite, which has no transactions, the write never lands.
+// kept released (--fencing-token), taken again by the same owner (a new
+// tenure), or forced away and taken by another owner while the run still
+// ran. On dynalite, which has no transactions, the write never lands.
 func TestRunGuardedWrite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -281,14 +282,39 @@ func TestRunGuardedWrite(t *testing.T) {
 			if err := c.increment(guard); !guardFailed(err) {
 				t.Errorf("the first run's guarded write while the same owner holds the lock again: %v; want ConditionalCheckFailed on the guard", err)
 			}
-			if err := c.increment(parseGuardCheck(t, again.env["DDBLOCK_GUARD_CHECK"])); err != nil {
+			againGuard := parseGuardCheck(t, again.env["DDBLOCK_GUARD_CHECK"])
+			if err := c.increment(againGuard); err != nil {
 				t.Errorf("the second run's own guarded write: %v", err)
 			}
-			if r := again.end(t); r.code != 0 {
-				t.Fatalf("second run: %v", r)
+
+			// An operator forces the lock away and another owner's run
+			// takes it while the second run still runs: the second run's
+			// guard fails, and it exits 76.
+			release := []string{"--force", "job"}
+			if slices.Contains(tc.args, "--partition-key-only") {
+				release = append(release, "--partition-key-only")
 			}
-			if got := c.value(t); got != "3" {
-				t.Errorf("counter %q, want 3: the three writes made while the lock was held, none of the others", got)
+			if slices.Contains(tc.args, "--session") {
+				release = append(release, "--with-session")
+			}
+			if r := f.run("release", release...); r.code != 0 {
+				t.Fatalf("release %v: %v", release, r)
+			}
+			taker := f.startHeld("job", append([]string{"--owner", "other"}, tc.args...)...)
+			if err := c.increment(againGuard); !guardFailed(err) {
+				t.Errorf("the second run's guarded write after another owner took the lock: %v; want ConditionalCheckFailed on the guard", err)
+			}
+			if err := c.increment(parseGuardCheck(t, taker.env["DDBLOCK_GUARD_CHECK"])); err != nil {
+				t.Errorf("the taker's own guarded write: %v", err)
+			}
+			if r := again.end(t); r.code != exitLockLost {
+				t.Errorf("the second run, its lock taken: %v; want exit %d", r, exitLockLost)
+			}
+			if r := taker.end(t); r.code != 0 {
+				t.Fatalf("the taker's run: %v", r)
+			}
+			if got := c.value(t); got != "4" {
+				t.Errorf("counter %q, want 4: the four writes made while the lock was held, none of the others", got)
 			}
 		})
 	}
