@@ -1,8 +1,8 @@
 package main
 
-// The guard protocol: what `ddblock run` (the supervisor, run.go) and its
-// guard process (guard.go) say to each other. Two pipes, one line per
-// message, a word and at most one argument:
+// The guard protocol: what `ddblock run` (its supervisor, supervisor.go)
+// and its guard process (guard.go) say to each other. Two pipes, one
+// message a line: a word, then its arguments, space-separated:
 //
 //	ddblock → guard, the control pipe (the guard's fd 3):
 //	  D <ns>            ctlDeadline   the lock is safe until <ns> on the shared clock
