@@ -38,13 +38,18 @@ type heldRun struct {
 	stop string // the file that ends the command
 }
 
+// heldTiming gives the runs a lease that a stalled machine cannot eat
+// (nothing here waits for one to pass), and heartbeats often enough for
+// the guard to be seen to hold across them.
+var heldTiming = []string{"--lease", "30s", "--heartbeat", "100ms"}
+
 // startHeld starts `ddblock run ARGS KEY` with a command that records its
 // environment and waits.
 func (f *fixture) startHeld(key string, args ...string) *heldRun {
 	f.t.Helper()
 	dir := f.t.TempDir()
 	envFile, stop := filepath.Join(dir, "env"), filepath.Join(dir, "stop")
-	args = append(append(slices.Clone(args), timingFlags...), key, "--", "sh", "-c", envScript, "sh", envFile, stop)
+	args = append(append(slices.Clone(args), heldTiming...), key, "--", "sh", "-c", envScript, "sh", envFile, stop)
 	p := f.start("run", args...)
 	p.eventuallyWhileRunning("the command to record its environment", func() bool { return readFile(f.t, envFile) != "" })
 	env := map[string]string{}
@@ -297,7 +302,14 @@ func TestRunGuardedWrite(t *testing.T) {
 			if slices.Contains(tc.args, "--session") {
 				release = append(release, "--with-session")
 			}
-			if r := f.run("release", release...); r.code != 0 {
+			// release refuses (75) when a heartbeat lands between its read
+			// and its delete: the run is alive and heartbeating.
+			var r result
+			eventually(t, "release --force to win against the run's heartbeats", func() bool {
+				r = f.run("release", release...)
+				return r.code != exitBusy
+			})
+			if r.code != 0 {
 				t.Fatalf("release %v: %v", release, r)
 			}
 			taker := f.startHeld("job", append([]string{"--owner", "other"}, tc.args...)...)
