@@ -66,6 +66,9 @@ type GuardedWriteError struct {
 
 // Error says which action failed, if one did, and the SDK's error.
 func (e *GuardedWriteError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	if e.Action >= 0 {
 		fmt.Fprintf(&b, "action %d: ", e.Action)
@@ -77,7 +80,12 @@ func (e *GuardedWriteError) Error() string {
 }
 
 // Unwrap returns the AWS SDK's error.
-func (e *GuardedWriteError) Unwrap() error { return e.Err }
+func (e *GuardedWriteError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Guard returns the action that guards a write with the lock: a
 // ConditionCheck on the lock item that holds while the item names this
