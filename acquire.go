@@ -430,6 +430,9 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 	c := a.c
 	c.observations.forget(a.id)
 	if takenFrom != nil && takenFrom.Session != nil {
+		if !fast && sent-a.start < sessionLeaseOf(takenFrom) {
+			c.stats.deadSessionLocks.Add(1) // the session's watch was shared
+		}
 		c.deleteDeadSession(takenFrom.Session.PartitionKey)
 	}
 	l := &Lock{

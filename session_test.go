@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -744,6 +745,9 @@ func TestDeadSessionLocksComeBackTogether(t *testing.T) {
 			t.Errorf("%s is owned by %q", k, got)
 		}
 	}
+	if got := waiter.Stats().DeadSessionLocks; got != uint64(len(keys)-1) {
+		t.Errorf("Stats().DeadSessionLocks = %d; want %d, every lock but the first", got, len(keys)-1)
+	}
 }
 
 // Waiters on several locks of one session share the watch: acquires of
@@ -838,5 +842,99 @@ func TestNoLockOnASessionInDanger(t *testing.T) {
 	}
 	if l.Status() != ddblock.StatusLocked || first.Status() != ddblock.StatusLocked {
 		t.Errorf("statuses %v and %v; want both LOCKED", l.Status(), first.Status())
+	}
+}
+
+// BenchmarkDeadSessionTakeover measures how long one client takes to take
+// over all the locks of a dead session client (closed without releasing
+// them, so that its session item stands still, as a killed process's
+// does), one after another and all at once, against the session's lease.
+// Figures are in doc/sessions.md:
+//
+//	go test -run '^$' -bench DeadSessionTakeover -benchtime 1x -count 3 .
+func BenchmarkDeadSessionTakeover(b *testing.B) {
+	const (
+		locks = 1000
+		lease = 3 * time.Second
+	)
+	for _, mode := range []string{"sequential", "concurrent"} {
+		b.Run(fmt.Sprintf("%s/locks=%d/lease=%v", mode, locks, lease), func(b *testing.B) {
+			ddb, table := benchTable(b)
+			ctx := context.Background()
+			for n := range b.N {
+				b.StopTimer()
+				keys := make([]string, locks)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("job-%d-%d", n, i)
+				}
+				dead, err := ddblock.New(ddb, ddblock.WithTableName(table), ddblock.WithLogger(quiet), ddblock.WithOwnerName("dead"),
+					ddblock.WithSessionLease(), ddblock.WithLeaseDuration(lease), ddblock.WithSafePeriod(lease*2/3), ddblock.WithHeartbeatPeriod(lease/6))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys {
+					if _, err := dead.AcquireLock(ctx, k); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Closed keeping its locks: its session is never
+				// heartbeated again, and its item stays.
+				if err := dead.Close(ctx, false); err != nil {
+					b.Fatal(err)
+				}
+				waiter, err := ddblock.New(ddb, ddblock.WithTableName(table), ddblock.WithLogger(quiet), ddblock.WithOwnerName("waiter"),
+					ddblock.WithLeaseDuration(lease), ddblock.WithSafePeriod(lease*2/3), ddblock.WithHeartbeatPeriod(lease/6))
+				if err != nil {
+					b.Fatal(err)
+				}
+				acquire := func(k string) error {
+					_, err := waiter.AcquireLock(ctx, k, ddblock.WithRetryPeriod(lease/10), ddblock.WithRetryTimeout(10*lease))
+					return err
+				}
+				b.StartTimer()
+				start := time.Now()
+				var first time.Duration
+				switch mode {
+				case "sequential":
+					for i, k := range keys {
+						if err := acquire(k); err != nil {
+							b.Fatal(err)
+						}
+						if i == 0 {
+							first = time.Since(start)
+						}
+					}
+				case "concurrent":
+					var wg sync.WaitGroup
+					errs := make(chan error, locks)
+					for _, k := range keys {
+						wg.Go(func() { errs <- acquire(k) })
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				all := time.Since(start)
+				b.StopTimer()
+				if got := waiter.Stats().HeldLocks; got != locks {
+					b.Fatalf("the waiter holds %d locks; want %d", got, locks)
+				}
+				b.ReportMetric(all.Seconds(), "s-all")
+				b.ReportMetric((all-lease).Seconds()*1000/locks, "ms/lock-beyond-lease")
+				if first > 0 {
+					b.ReportMetric(first.Seconds(), "s-first")
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				if err := waiter.Close(cctx, true); err != nil {
+					b.Error(err)
+				}
+				cancel()
+				b.StartTimer()
+			}
+		})
 	}
 }
