@@ -34,6 +34,12 @@ const (
 //   - losing a race to another client is not an error: it waits and tries
 //     again.
 //
+// A lock attached to a session ([Options.SessionLease]) is judged by its
+// session: once this client has seen the session item (or its absence)
+// stand unchanged for the session's lease, every lock of that session is
+// taken over without another wait, and the first such takeover deletes
+// the dead session's item.
+//
 // An item kept after its release ([Options.KeepReleasedItems]) is taken
 // at once, and with [Options.MaxClockSkew] an item whose holder's
 // wall-clock stamp is older than its lease plus the skew is taken over
@@ -55,7 +61,9 @@ const (
 // the client is closed, CodeInvalidArgument for bad arguments,
 // CodeTableNotFound or CodeTableMismatch when the table is missing or has
 // other keys, CodeInvalidItem when the item at the key is not a lock item
-// (it is left untouched), and CodeUnknown, wrapping the cause, on any
+// (it is left untouched), CodeLockInDanger when the client's own session
+// stayed past its safe period through the last attempt (no lock is put
+// on a session in danger), and CodeUnknown, wrapping the cause, on any
 // other failure.
 func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, partitionKey, false, opts)
