@@ -289,8 +289,8 @@ func TestBadAcquireArguments(t *testing.T) {
 		{"empty partition key", "", "PartitionKey", nil},
 		{"oversized partition key", long(2049), "PartitionKey", nil},
 		{"invalid UTF-8", "\xff", "PartitionKey", nil},
-		{"empty sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKey("")}},
-		{"oversized sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKey(long(1025))}},
+		{"empty sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKeyValue("")}},
+		{"oversized sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKeyValue(long(1025))}},
 		{"zero retry period", "k", "RetryPeriod", []ddblock.AcquireOption{ddblock.WithRetryPeriod(0)}},
 		{"negative retry timeout", "k", "RetryTimeout", []ddblock.AcquireOption{ddblock.WithRetryTimeout(-time.Second)}},
 		{"nil attribute", "k", "AdditionalAttributes", []ddblock.AcquireOption{ddblock.WithAdditionalAttributes(map[string]types.AttributeValue{"x": nil})}},
@@ -304,7 +304,7 @@ func TestBadAcquireArguments(t *testing.T) {
 		})
 	}
 	// The largest keys DynamoDB takes are accepted.
-	if _, err := c.AcquireLock(context.Background(), string(make([]byte, 2048)), ddblock.WithSortKey(string(make([]byte, 1024)))); err != nil {
+	if _, err := c.AcquireLock(context.Background(), string(make([]byte, 2048)), ddblock.WithSortKeyValue(string(make([]byte, 1024)))); err != nil {
 		t.Fatalf("largest keys: %v", err)
 	}
 }
@@ -313,11 +313,11 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := e.client()
-	a, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"))
+	a, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("b/c d"), ddblock.WithRetryTimeout(0))
+	b, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("b/c d"), ddblock.WithRetryTimeout(0))
 	if err != nil {
 		t.Fatalf("second sort key under the same partition key: %v", err)
 	}
@@ -334,7 +334,7 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b/c d"}, keys); diff != "" {
 		t.Errorf("locks under k (-want +got):\n%s", diff)
 	}
-	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAlreadyHeld) {
 		t.Errorf("same sort key again: %v; want ALREADY_HELD", err)
 	}
 }
@@ -360,7 +360,7 @@ func TestCustomNames(t *testing.T) {
 	for k := range out.Item {
 		names = append(names, k)
 	}
-	want := []string{"lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
+	want := []string{"ddblock_tenure", "lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
 	if diff := cmp.Diff(want, names, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("attributes (-want +got):\n%s", diff)
 	}
@@ -412,18 +412,18 @@ func TestAcquireOwnLockAnswersAtOnce(t *testing.T) {
 				opts = append(opts, ddblock.WithSessionLease())
 			}
 			c := e.clientOn(calls, opts...)
-			held, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"))
+			held, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			calls.reset()
 			start := clk.Monotonic()
-			_, err = c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"), ddblock.WithRetryTimeout(time.Hour))
+			_, err = c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(time.Hour))
 			var lerr *ddblock.Error
 			if !errors.Is(err, ddblock.ErrAlreadyHeld) || !errors.As(err, &lerr) || lerr.PartitionKey != "k" || lerr.SortKey != "a" {
 				t.Fatalf("AcquireLock of a held key: %v; want ALREADY_HELD naming k/a", err)
 			}
-			if _, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKey("a")); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+			if _, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a")); !errors.Is(err, ddblock.ErrAlreadyHeld) {
 				t.Fatalf("TryAcquireLock of a held key: %v; want ALREADY_HELD", err)
 			}
 			if clk.Monotonic() != start || len(calls.snapshot()) != 0 {
@@ -432,14 +432,14 @@ func TestAcquireOwnLockAnswersAtOnce(t *testing.T) {
 			if held.Status() != ddblock.StatusLocked {
 				t.Errorf("the held lock is %v after the refusals", held.Status())
 			}
-			other, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("b"))
+			other, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("b"))
 			if err != nil {
 				t.Fatalf("another sort key of the same partition key: %v", err)
 			}
 			if err := held.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 				t.Fatal(err)
 			}
-			again, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKey("a"))
+			again, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
 			if err != nil {
 				t.Fatalf("after the release: %v", err)
 			}

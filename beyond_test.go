@@ -245,7 +245,7 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 		t.Errorf("sort key %q, ID %q", lock.SortKey(), lock.ID())
 	}
 	waitFor(t, "heartbeats", func() bool { return c.Stats().HeartbeatsSent >= 2 })
-	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKey("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKeyValue("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
 		t.Errorf("a sort key on a partition-key-only table: %v", err)
 	}
 	info, err := c.GetLock(ctx, "job", "")

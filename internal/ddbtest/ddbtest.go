@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,8 +61,8 @@ func Start() (*Server, error) {
 // what it does, for a test binary's log.
 func Describe(s *Server) string {
 	yes := map[bool]string{true: "yes", false: "no"}
-	return fmt.Sprintf("ddbtest: testing against %s (returns the old item on a failed condition: %s; TTL: %s)",
-		s, yes[s.ReturnsOldItem()], yes[s.HasTTL()])
+	return fmt.Sprintf("ddbtest: testing against %s (returns the old item on a failed condition: %s; TTL: %s; transactions: %s)",
+		s, yes[s.ReturnsOldItem()], yes[s.HasTTL()], yes[s.HasTransactions()])
 }
 
 // NewClient returns an SDK client for endpoint; see testserver.NewClient.
@@ -87,6 +88,7 @@ func Main(m *testing.M) {
 	}
 	fmt.Fprintln(os.Stderr, Describe(s))
 	code := m.Run()
+	stopTransactional()
 	s.Stop()
 	os.Exit(code)
 }
@@ -123,7 +125,7 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	all := append([]ddblock.TableOption{
-		ddblock.WithTableNames(ddblock.Options{
+		ddblock.WithNamesFromOptions(ddblock.Options{
 			TableName:        name,
 			PartitionKeyName: ddblock.DefaultPartitionKeyName,
 			SortKeyName:      ddblock.DefaultSortKeyName,
@@ -141,5 +143,40 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 		}
 	case !errors.Is(err, ddblock.ErrTTLUnsupported):
 		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, shared.Name(), err)
+	}
+}
+
+var (
+	transactionalOnce sync.Once
+	transactional     *Server
+	transactionalErr  error
+)
+
+// Transactional returns a server with transactions: the shared one where
+// it has them, else a DynamoDB Local started once for the binary and
+// stopped by Main. The runnable examples of guarded writes use it, so
+// that their output is the same in every pass of the suite.
+func Transactional() (*Server, error) {
+	if shared != nil && shared.HasTransactions() {
+		return shared, nil
+	}
+	transactionalOnce.Do(func() {
+		s, err := testserver.Start(testserver.DynamoDBLocal)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if _, err = s.Probe(ctx); err != nil {
+				s.Stop()
+			}
+		}
+		transactional, transactionalErr = s, err
+	})
+	return transactional, transactionalErr
+}
+
+// stopTransactional stops the server Transactional started, if any.
+func stopTransactional() {
+	if transactional != nil && transactional != shared {
+		transactional.Stop()
 	}
 }
