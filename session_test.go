@@ -812,8 +812,10 @@ func (f *failingUpdates) UpdateItem(ctx context.Context, in *dynamodb.UpdateItem
 
 // A client puts no lock on its own session while the session is past its
 // safe period: waiters judge a session's locks by the session alone, so
-// the lock would be in danger from the start. The acquire waits, and
-// takes the lock once a heartbeat of the session lands.
+// the lock would be in danger from the start. The attempt fails with
+// LOCK_IN_DANGER (AcquireLock tries again at its next retry: it is
+// retried as a transient failure), and once a heartbeat of the session
+// lands the lock is taken.
 func TestNoLockOnASessionInDanger(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -826,22 +828,35 @@ func TestNoLockOnASessionInDanger(t *testing.T) {
 	waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 })
 	clk.Advance(21 * time.Second) // past the safe period, no heartbeat landing
 	waitFor(t, "the first lock in danger", func() bool { return first.Status() == ddblock.StatusInDanger })
-	_, err := c.TryAcquireLock(ctx, "k1")
-	if !errors.Is(err, ddblock.ErrLockInDanger) {
+	if _, err := c.TryAcquireLock(ctx, "k1"); !errors.Is(err, ddblock.ErrLockInDanger) {
 		t.Fatalf("TryAcquireLock on a session in danger: %v; want LOCK_IN_DANGER", err)
+	}
+	if _, err := c.AcquireLock(ctx, "k1", ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrLockInDanger) {
+		t.Fatalf("AcquireLock's last attempt on a session in danger: %v; want LOCK_IN_DANGER", err)
 	}
 	if item := rawItem(t, e, "k1", "-"); item != nil {
 		t.Fatalf("a lock item was written: %v", item)
 	}
 	ddb.on.Store(false)
-	l, _, err := acquireStepping(t, clk, 3, time.Minute, func() (*ddblock.Lock, error) {
-		return c.AcquireLock(ctx, "k1", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
-	})
-	if err != nil {
-		t.Fatalf("AcquireLock once heartbeats land again: %v", err)
+	// The next heartbeat is due a period after the failed one: step the
+	// clock to it (the heartbeater's and the monitor's timers), until one
+	// lands and the session recovers.
+	for step := 0; first.Status() != ddblock.StatusLocked; step++ {
+		if step == 10 {
+			t.Fatalf("not recovered after %d steps; stats %+v", step, c.Stats())
+		}
+		waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 && c.Stats().HeartbeatsInFlight == 0 })
+		if first.Status() == ddblock.StatusLocked {
+			break
+		}
+		clk.AdvanceToNext()
 	}
-	if l.Status() != ddblock.StatusLocked || first.Status() != ddblock.StatusLocked {
-		t.Errorf("statuses %v and %v; want both LOCKED", l.Status(), first.Status())
+	lock, err := c.TryAcquireLock(ctx, "k1")
+	if err != nil {
+		t.Fatalf("once a heartbeat landed: %v", err)
+	}
+	if lock.Status() != ddblock.StatusLocked {
+		t.Errorf("the new lock is %v; want LOCKED", lock.Status())
 	}
 }
 
