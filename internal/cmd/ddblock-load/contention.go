@@ -295,6 +295,8 @@ func (r *contentionResult) print(out io.Writer) {
 	fmt.Fprintf(out, "streak:       longest %d acquisitions in a row by contender %d (key %s)\n", s.streak, s.streakBy, s.streakKey)
 	fmt.Fprintf(out, "handoff:      Release called → the next holder's AcquireLock returned: p50 %v / p99 %v / max %v over %d handoffs, %d of them back to the releaser; %d overlaps\n",
 		s.handoffs.pct(50), s.handoffs.pct(99), s.handoffs.max(), len(s.handoffs), s.handoffSelf, s.overlaps)
+	fmt.Fprintf(out, "              to another contender than the releaser: p50 %v / p99 %v / max %v over %d handoffs\n",
+		s.handoffOther.pct(50), s.handoffOther.pct(99), s.handoffOther.max(), len(s.handoffOther))
 	for _, k := range s.keys {
 		fmt.Fprintf(out, "key %-10s %d contenders, %d acquisitions, longest streak %d (contender %d); %.1f reads/s, %.1f writes/s on the wire\n",
 			k.key+":", k.contenders, k.acquisitions, k.streak, k.streakBy, k.readsPerS, k.writesPerS)
@@ -342,11 +344,16 @@ type jsonContention struct {
 	// processes. HandoffsToSelf counts those where the releaser was the
 	// next holder; Overlaps, pairs where the next holder had the key
 	// before the previous called Release (must be 0).
-	HandoffP50Ms   float64 `json:"handoff_p50_ms"`
-	HandoffP99Ms   float64 `json:"handoff_p99_ms"`
-	Handoffs       int     `json:"handoffs"`
-	HandoffsToSelf int     `json:"handoffs_to_self"`
-	Overlaps       int     `json:"overlaps"`
+	HandoffP50Ms float64 `json:"handoff_p50_ms"`
+	HandoffP99Ms float64 `json:"handoff_p99_ms"`
+	Handoffs     int     `json:"handoffs"`
+	// The same over the handoffs to another contender than the
+	// releaser: a waiter's, not the releaser's own quick re-acquire.
+	HandoffOtherP50Ms float64 `json:"handoff_other_p50_ms"`
+	HandoffOtherP99Ms float64 `json:"handoff_other_p99_ms"`
+	HandoffsOther     int     `json:"handoffs_other"`
+	HandoffsToSelf    int     `json:"handoffs_to_self"`
+	Overlaps          int     `json:"overlaps"`
 	// PerKey is each key's figures; reads are GetItem calls sent by all
 	// its contenders in the window, writes PutItem, UpdateItem and
 	// DeleteItem calls, per second.
@@ -381,7 +388,9 @@ func (r *contentionResult) json(server string) jsonContention {
 		WaitsOpenAtEnd: len(s.openWaits),
 		LongestStreak:  s.streak, LongestStreakContender: s.streakBy,
 		HandoffP50Ms: ms(s.handoffs.pct(50)), HandoffP99Ms: ms(s.handoffs.pct(99)),
-		Handoffs: len(s.handoffs), HandoffsToSelf: s.handoffSelf, Overlaps: s.overlaps,
+		Handoffs:          len(s.handoffs),
+		HandoffOtherP50Ms: ms(s.handoffOther.pct(50)), HandoffOtherP99Ms: ms(s.handoffOther.pct(99)), HandoffsOther: len(s.handoffOther),
+		HandoffsToSelf: s.handoffSelf, Overlaps: s.overlaps,
 		AcquireErrors: s.acquireErrors, ReleaseErrors: s.releaseErrors,
 		LoadAverageStart: r.loadStart, LoadAverageEnd: r.loadEnd,
 	}

@@ -60,8 +60,9 @@ type keyStats struct {
 	streak        int     // the longest run of acquisitions by one contender
 	streakBy      int     // that contender's ID
 	handoffs      durations
-	handoffToSelf int // handoffs where the releaser took the key again
-	overlaps      int // the next holder had it before the previous called Release
+	handoffsOther durations // those to another contender than the releaser
+	handoffToSelf int       // handoffs where the releaser took the key again
+	overlaps      int       // the next holder had it before the previous called Release
 }
 
 // contentionStats are the scenario's figures.
@@ -80,6 +81,7 @@ type contentionStats struct {
 	streakBy     int
 	streakKey    string
 	handoffs     durations // every key's
+	handoffOther durations // every key's, to another contender than the releaser
 	handoffSelf  int
 	overlaps     int
 	keys         []keyStats // by key name
@@ -131,11 +133,13 @@ type keyedEvent struct {
 // handoffsOf takes one key's acquisitions in the order they were made
 // (by Acquired) and returns, for each one after the first, the time from
 // the previous holder's call to Release to this AcquireLock's return;
-// how many of them went back to the releaser; and how many came before
+// those of them that went to another contender than the releaser (a
+// waiter's handoff, which a releaser asking again at once does not
+// show); how many went back to the releaser; and how many came before
 // the previous holder had called Release at all (an overlap: two holders
 // at once as far as the clock can tell, which mutual exclusion forbids).
 // Overlapping pairs are left out of the handoffs.
-func handoffsOf(events []keyedEvent) (hs durations, toSelf, overlaps int) {
+func handoffsOf(events []keyedEvent) (hs, others durations, toSelf, overlaps int) {
 	for i := 1; i < len(events); i++ {
 		prev, next := events[i-1], events[i]
 		d := next.Acquired - prev.ReleaseStart
@@ -146,9 +150,11 @@ func handoffsOf(events []keyedEvent) (hs durations, toSelf, overlaps int) {
 		hs = append(hs, time.Duration(d))
 		if next.who == prev.who {
 			toSelf++
+		} else {
+			others = append(others, time.Duration(d))
 		}
 	}
-	return hs, toSelf, overlaps
+	return hs, others, toSelf, overlaps
 }
 
 // aggregate computes the figures of the window [start, end) from every
@@ -213,7 +219,7 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 		}
 		ks := keyStats{key: k, contenders: contendersOf[k], acquisitions: len(ev)}
 		ks.streak, ks.streakBy = longestStreak(who)
-		ks.handoffs, ks.handoffToSelf, ks.overlaps = handoffsOf(ev)
+		ks.handoffs, ks.handoffsOther, ks.handoffToSelf, ks.overlaps = handoffsOf(ev)
 		if secs > 0 {
 			ks.readsPerS = float64(calls[k].Get) / secs
 			ks.writesPerS = float64(calls[k].writes()) / secs
@@ -222,6 +228,7 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 			s.streak, s.streakBy, s.streakKey = ks.streak, ks.streakBy, k
 		}
 		s.handoffs = append(s.handoffs, ks.handoffs...)
+		s.handoffOther = append(s.handoffOther, ks.handoffsOther...)
 		s.handoffSelf += ks.handoffToSelf
 		s.overlaps += ks.overlaps
 		s.keys = append(s.keys, ks)

@@ -87,12 +87,12 @@ func TestHandoffsOf(t *testing.T) {
 		{acqEvent{WaitStart: 5, Acquired: 90, ReleaseStart: 120, ReleaseDone: 125}, 2},
 		{acqEvent{WaitStart: 6, Acquired: 110, ReleaseStart: 140, ReleaseDone: 150}, 3}, // before 2 released
 	}
-	hs, toSelf, overlaps := handoffsOf(ev)
-	if want := (durations{7, 10}); !slices.Equal(hs, want) || toSelf != 1 || overlaps != 1 {
-		t.Errorf("handoffsOf = %v, %d to self, %d overlaps; want %v, 1, 1", hs, toSelf, overlaps, want)
+	hs, others, toSelf, overlaps := handoffsOf(ev)
+	if want := (durations{7, 10}); !slices.Equal(hs, want) || !slices.Equal(others, durations{10}) || toSelf != 1 || overlaps != 1 {
+		t.Errorf("handoffsOf = %v (to others %v), %d to self, %d overlaps; want %v ([10]), 1, 1", hs, others, toSelf, overlaps, want)
 	}
-	if hs, toSelf, overlaps := handoffsOf(ev[:1]); len(hs) != 0 || toSelf != 0 || overlaps != 0 {
-		t.Errorf("handoffsOf(one) = %v, %d, %d; want nothing", hs, toSelf, overlaps)
+	if hs, others, toSelf, overlaps := handoffsOf(ev[:1]); len(hs) != 0 || len(others) != 0 || toSelf != 0 || overlaps != 0 {
+		t.Errorf("handoffsOf(one) = %v, %v, %d, %d; want nothing", hs, others, toSelf, overlaps)
 	}
 }
 
@@ -154,6 +154,9 @@ func TestAggregate(t *testing.T) {
 	slices.Sort(hs)
 	if want := (durations{6, 10, 10, 10}); !slices.Equal(hs, scale(want, time.Millisecond)) || s.handoffSelf != 3 || s.overlaps != 0 {
 		t.Errorf("handoffs %v (%d to self, %d overlaps); want %v ms, 3, 0", hs, s.handoffSelf, s.overlaps, want)
+	}
+	if want := scale(durations{10}, time.Millisecond); !slices.Equal(s.handoffOther, want) {
+		t.Errorf("handoffs to others %v; want %v (c0 → c1 only)", s.handoffOther, want)
 	}
 	if len(s.keys) != 2 {
 		t.Fatalf("%d keys; want 2", len(s.keys))
@@ -253,7 +256,7 @@ func TestContentionSmoke(t *testing.T) {
 	for _, f := range []string{"scenario", "server", "wait_mode", "contenders", "processes", "keys", "hold_ms", "retry_period_ms", "think_ms", "window_s",
 		"acquisitions", "acquisitions_per_contender", "acquisitions_min", "acquisitions_max", "jain_index",
 		"wait_p50_s", "wait_p99_s", "wait_max_s", "waits_open_at_end", "longest_streak", "longest_streak_contender",
-		"handoff_p50_ms", "handoff_p99_ms", "handoffs", "handoffs_to_self", "overlaps", "per_key",
+		"handoff_p50_ms", "handoff_p99_ms", "handoffs", "handoff_other_p50_ms", "handoff_other_p99_ms", "handoffs_other", "handoffs_to_self", "overlaps", "per_key",
 		"acquire_errors", "release_errors", "load_average_start", "load_average_end"} {
 		if _, ok := fields[f]; !ok {
 			t.Errorf("the JSON object has no %q: %s", f, js.String())
@@ -278,7 +281,7 @@ func TestContentionSmoke(t *testing.T) {
 	if j.JainIndex < 0.25 || j.JainIndex > 1 {
 		t.Errorf("Jain's index %v outside [1/n, 1]", j.JainIndex)
 	}
-	if j.Handoffs != j.Acquisitions-1-j.Overlaps || j.LongestStreak < 1 || len(j.PerKey) != 1 || j.PerKey[0].Key != "contention-0" || j.PerKey[0].Acquisitions != j.Acquisitions {
+	if j.Handoffs != j.Acquisitions-1-j.Overlaps || j.HandoffsOther+j.HandoffsToSelf != j.Handoffs || j.LongestStreak < 1 || len(j.PerKey) != 1 || j.PerKey[0].Key != "contention-0" || j.PerKey[0].Acquisitions != j.Acquisitions {
 		t.Errorf("handoffs %d for %d acquisitions, streak %d, per key %+v", j.Handoffs, j.Acquisitions, j.LongestStreak, j.PerKey)
 	}
 	// Waiting costs reads, and every acquisition a write.
