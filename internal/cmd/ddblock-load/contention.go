@@ -16,8 +16,9 @@ import (
 
 // The contention scenario (--scenario contention): K contenders, each a
 // ddblock client of its own, spread over P worker processes, loop
-// acquire, hold for H, release on one key (or on each of --keys keys,
-// contender i on key i mod keys) for the window's duration. Waiters poll
+// acquire, hold for H, release (then pause for --think, 0 by default) on
+// one key (or on each of --keys keys, contender i on key i mod keys) for
+// the window's duration. Waiters poll
 // every --retry-period, in the way --wait-mode names. It reports how
 // fairly the key went round (acquisitions per contender, Jain's index,
 // the longest streak by one contender), how long the waits were, how
