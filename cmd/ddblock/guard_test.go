@@ -242,6 +242,7 @@ func TestGuardWholeGroupStopped(t *testing.T) {
 // and its command runs to the end. Once the pipe is read, the queued
 // warnings come out.
 func TestRunStderrNotRead(t *testing.T) {
+	needServer(t)
 	if server.External {
 		t.Skip("the fault proxy speaks plain HTTP to a local server")
 	}
@@ -376,6 +377,7 @@ func fillPipe(t *testing.T, w *os.File) int {
 // it says so and tries again within --wait. With --wait 0 it ends at
 // once, exit 69.
 func TestRunRetriesTransientFailure(t *testing.T) {
+	needServer(t)
 	if server.External {
 		t.Skip("the fault proxy speaks plain HTTP to a local server")
 	}

@@ -279,6 +279,7 @@ func TestRunLockLost(t *testing.T) {
 	})
 
 	t.Run("in danger when heartbeats fail", func(t *testing.T) {
+		needServer(t)
 		if server.External {
 			t.Skip("the proxy speaks plain HTTP to a local server")
 		}
