@@ -75,11 +75,15 @@ func needServer(t *testing.T) {
 	serverOnce.Do(func() { server, sdk = s, s.Client(0) })
 }
 
-// Short but real lock timing for the binary: heartbeats keep a lock for
-// longer than a lease, and a dead holder is taken over within seconds.
+// Real lock timing for the binary, long enough that a busy machine
+// cannot eat it: a holder whose process, or the server, stalls for a
+// second or two still heartbeats within its safe period (over 3 s), so a
+// waiter never takes its lock while the test expects it held. A dead
+// holder is taken over within seconds. Tests assert the order of events,
+// never how long they took.
 const (
-	testLease     = time.Second
-	testHeartbeat = 150 * time.Millisecond
+	testLease     = 5 * time.Second
+	testHeartbeat = 250 * time.Millisecond
 	testSafe      = testLease * 2 / 3 // what ddblock run derives
 )
 
