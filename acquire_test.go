@@ -194,14 +194,15 @@ func TestAcquireContextCancel(t *testing.T) {
 	if _, err := e.client().AcquireLock(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	waiter := e.client()
+	clk := fakeClock()
+	waiter := e.client(ddblock.WithClock(clk))
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
 		_, err := waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Hour), ddblock.WithRetryTimeout(10*time.Hour))
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let it reach its hour-long wait
+	waitForSleepers(t, clk, 2) // the monitor, and the acquire in its hour-long wait
 	cancel()
 	select {
 	case err := <-got:

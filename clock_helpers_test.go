@@ -32,6 +32,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitForSleepers waits, in real time, until n timers are pending on clk:
+// an idle client has one (its monitor's), and an acquire waiting between
+// two tries adds its own. It is how a test knows that a call has reached
+// its wait, rather than sleeping and hoping it has.
+func waitForSleepers(t *testing.T, clk *clock.Fake, n int) {
+	t.Helper()
+	if err := clk.WaitForTimers(n, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // stepUntil advances the fake clock from one pending timer to the next
 // until done is closed. Before each step it waits until `sleepers` timers
 // are pending (the client's monitor, and whatever the test drives), so

@@ -310,7 +310,9 @@ func TestSemaphoreTakeoverOfDeadHolder(t *testing.T) {
 func TestSemaphoreWaitEnds(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	keeper := e.client(append(fastTimings, ddblock.WithKeepReleasedItems(true))...)
+	// The holders keep the default 30 s lease: a busy machine cannot
+	// make them lose their slots while the waiters wait.
+	keeper := e.client(ddblock.WithKeepReleasedItems(true))
 	ks := semaphoreOf(t, keeper, "kept", 1)
 	first, err := ks.Acquire(ctx)
 	if err != nil {
@@ -319,7 +321,7 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 	if err := first.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatal(err)
 	}
-	other := e.client(fastTimings...)
+	other := e.client()
 	second, err := semaphoreOf(t, other, "kept", 1).TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("a slot kept after its release: %v", err)
@@ -332,21 +334,37 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 	waiter := e.client(ddblock.WithClock(clk))
 	s := semaphoreOf(t, waiter, "kept", 1)
 	_, _, err = acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
-		return s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 3 s lease
+		return s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 30 s lease
 	})
 	var lerr *ddblock.Error
 	if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeAcquireTimeout || lerr.PartitionKey != "kept" {
 		t.Fatalf("timeout: %v; want ACQUIRE_TIMEOUT naming the semaphore", err)
 	}
 
+	// A cancel, and a Close, end an acquire in its wait between tries:
+	// the waiters' fake clocks say when they are in it.
+	cclk := fakeClock()
+	cancelled := semaphoreOf(t, e.client(ddblock.WithClock(cclk)), "kept", 1)
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-	if _, err := semaphoreOf(t, other, "kept", 1).Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrCanceled) || !errors.Is(err, context.Canceled) {
+	go func() {
+		if err := cclk.WaitForTimers(2, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		cancel()
+	}()
+	if _, err := cancelled.Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrCanceled) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v; want CANCELED wrapping context.Canceled", err)
 	}
-	closing := e.client(fastTimings...)
+	cancel()
+	clclk := fakeClock()
+	closing := e.client(ddblock.WithClock(clclk))
 	cs := semaphoreOf(t, closing, "kept", 1)
-	go func() { time.Sleep(50 * time.Millisecond); _ = closing.Close(ctx, false) }()
+	go func() {
+		if err := clclk.WaitForTimers(2, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		_ = closing.Close(ctx, false)
+	}()
 	if _, err := cs.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrClientShutdown) {
 		t.Errorf("client closed: %v; want CLIENT_SHUTDOWN", err)
 	}
