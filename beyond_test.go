@@ -27,7 +27,9 @@ func TestFencingTokensOnlyRise(t *testing.T) {
 	var tokens []int64
 	var wg sync.WaitGroup
 	for w := range 4 {
-		c := e.client(append(shortTimes(), ddblock.WithFencingTokens(), ddblock.WithOwnerName(fmt.Sprint("w", w)))...)
+		// The default 30 s lease: no holder loses its lock to a busy
+		// machine before it releases it.
+		c := e.client(ddblock.WithFencingTokens(), ddblock.WithOwnerName(fmt.Sprint("w", w)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -49,16 +51,20 @@ func TestFencingTokensOnlyRise(t *testing.T) {
 	}
 	wg.Wait()
 	// A holder that dies is taken over, and the count goes on.
-	dead := e.client(append(shortTimes(), ddblock.WithFencingTokens())...)
+	dead := e.client(append(fakeTimes(), ddblock.WithFencingTokens(), ddblock.WithClock(fakeClock()))...)
 	dl, err := dead.AcquireLock(ctx, "k", ddblock.WithRetryTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens = append(tokens, dl.FencingToken())
 	_ = dead.Close(ctx, false)
-	// A client that does not ask for tokens still carries the count.
-	plain := e.client(shortTimes()...)
-	pl, err := plain.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(20*time.Millisecond))
+	// A client that does not ask for tokens still carries the count. It
+	// waits out the dead holder's 6 s lease on its fake clock.
+	clk := fakeClock()
+	plain := e.client(append(fakeTimes(), ddblock.WithClock(clk))...)
+	pl, _, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return plain.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(time.Minute))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,17 @@ import (
 // has passed (DynamoDB Local within a second or so).
 func fakeClock() *clock.Fake { return clock.NewFake(time.Now().UTC().Truncate(time.Second)) }
 
+// fakeTimes are a client's timings on a fake clock: only fake time passes
+// them, so they can be as short as the test likes without a busy machine
+// eating into them.
+func fakeTimes() []ddblock.Option {
+	return []ddblock.Option{
+		ddblock.WithHeartbeatPeriod(time.Second),
+		ddblock.WithSafePeriod(4 * time.Second),
+		ddblock.WithLeaseDuration(6 * time.Second),
+	}
+}
+
 // waitFor polls cond in real time until it holds, failing the test after
 // ten seconds. It waits for goroutines and network calls to settle, never
 // for a lease: leases run on the fake clock.
@@ -63,6 +74,35 @@ func stepUntil(t *testing.T, clk *clock.Fake, sleepers int, done <-chan struct{}
 		select {
 		case <-done:
 			return clk.Monotonic()
+		default:
+		}
+		if clk.Monotonic()-start > limit {
+			t.Fatalf("still not done after %v of fake time", limit)
+		}
+		clk.AdvanceToNext()
+	}
+}
+
+// driveUntil advances c's fake clock from one pending timer to the next
+// until done is closed, within limit of fake time. Before each step it
+// waits for the client to settle: its heartbeater and monitor asleep and
+// no heartbeat in flight, so the clock never passes a safe period while
+// a heartbeat is on the wire (drive, to a time rather than an event).
+func driveUntil(t *testing.T, clk *clock.Fake, c *ddblock.Client, done <-chan struct{}, limit time.Duration) {
+	t.Helper()
+	start := clk.Monotonic()
+	for {
+		waitFor(t, "the client to settle", func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return clk.Timers() >= 2 && c.Stats().HeartbeatsInFlight == 0
+			}
+		})
+		select {
+		case <-done:
+			return
 		default:
 		}
 		if clk.Monotonic()-start > limit {

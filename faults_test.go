@@ -72,29 +72,37 @@ func TestDangerAfterFailingHeartbeats(t *testing.T) {
 func TestHangingHeartbeatDoesNotDelayOthers(t *testing.T) {
 	e := newEnv(t)
 	proxy, ddb := e.proxied()
-	c := e.clientOn(ddb, ddblock.WithHeartbeatPeriod(100*time.Millisecond), ddblock.WithSafePeriod(600*time.Millisecond),
-		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatTimeout(3*time.Second))
-	var locks []*ddblock.Lock
-	for i := range 5 {
-		l, err := c.AcquireLock(context.Background(), fmt.Sprintf("key-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		locks = append(locks, l)
-	}
+	clk := fakeClock()
+	// The hanging call's timeout (real time) outlasts the test: the black
+	// hole holds it until it is removed, at the end.
+	c := e.clientOn(ddb, ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second), ddblock.WithSafePeriod(4*time.Second),
+		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatTimeout(time.Minute))
+	locks := acquireN(t, c, "key-0", "key-1", "key-2", "key-3", "key-4")
 	hang := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole, Op: "UpdateItem", BodyContains: `"key-0"`})
-	waitFor(t, "key-0 to go into danger", func() bool { return locks[0].Status() == ddblock.StatusInDanger })
-	time.Sleep(300 * time.Millisecond) // a few more rounds for the others
+	defer hang.Remove()
+	// Three safe periods of fake time, one timer at a time. Before each
+	// step every heartbeat has ended but key-0's hanging one (caught by
+	// the black hole): a scheduler that waited for it would never sleep.
+	start := clk.Monotonic()
+	for clk.Monotonic() < start+12*time.Second {
+		waitFor(t, "every heartbeat but key-0's hanging one to end", func() bool {
+			return clk.Timers() >= 2 && int64(c.Stats().HeartbeatsInFlight) <= hang.Injected()
+		})
+		clk.AdvanceToNext()
+	}
+	if !errors.Is(locks[0].Err(), ddblock.ErrLockInDanger) {
+		t.Errorf("key-0, its heartbeat hanging for %v: %v; want LOCK_IN_DANGER", clk.Monotonic()-start, locks[0].Err())
+	}
 	for _, l := range locks[1:] {
 		if err := l.Err(); err != nil {
 			t.Errorf("%s: %v; a hanging call for key-0 delayed it", l.PartitionKey(), err)
 		}
 	}
-	if hang.Injected() == 0 {
-		t.Error("the black hole caught nothing")
+	if hang.Injected() != 1 {
+		t.Errorf("the black hole caught %d calls; want key-0's one", hang.Injected())
 	}
-	if s := c.Stats(); s.HeartbeatsSkipped == 0 {
-		t.Errorf("key-0's hanging heartbeat was not passed over in later rounds: %+v", s)
+	if s := c.Stats(); s.HeartbeatsSkipped == 0 || s.HeartbeatsSent < 4*10 {
+		t.Errorf("want key-0's hanging heartbeat passed over in later rounds, and the others heartbeated about once a second: %+v", s)
 	}
 }
 
