@@ -44,7 +44,9 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	var locks []*ddblock.Lock
 	seen := map[int]bool{}
 	for i := range n {
-		c := e.client(append(fastTimings, ddblock.WithOwnerName(fmt.Sprintf("c%d", i)))...)
+		// The default 30 s lease: a busy machine cannot cost a holder
+		// its slot before it releases it.
+		c := e.client(ddblock.WithOwnerName(fmt.Sprintf("c%d", i)))
 		s := semaphoreOf(t, c, "migrations", n)
 		lock, err := s.Acquire(ctx)
 		if err != nil {
@@ -60,7 +62,8 @@ func TestSemaphoreAtMostN(t *testing.T) {
 		}
 		locks = append(locks, lock)
 	}
-	late := e.client(append(fastTimings, ddblock.WithOwnerName("late"))...)
+	clk := fakeClock()
+	late := e.client(ddblock.WithOwnerName("late"), ddblock.WithClock(clk))
 	s := semaphoreOf(t, late, "migrations", n)
 	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
 		t.Fatalf("TryAcquire with every slot held: %v; want LOCK_HELD", err)
@@ -69,26 +72,27 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	if err != nil || len(held) != n {
 		t.Fatalf("Holders: %d, %v; want %d", len(held), err, n)
 	}
-	got := make(chan *ddblock.Lock, 1)
+	done := make(chan struct{})
+	var lock *ddblock.Lock
+	var acqErr error
 	go func() {
-		lock, err := s.Acquire(ctx, ddblock.WithRetryTimeout(time.Minute))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lock
+		defer close(done)
+		lock, acqErr = s.Acquire(ctx, ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
 	}()
+	// The waiter has looked at every slot and waits for its next look.
+	waitForSleepers(t, clk, 2)
 	select {
-	case <-got:
-		t.Fatal("a fourth holder got a slot while three were held")
-	case <-time.After(200 * time.Millisecond): // a few of the waiter's reads
+	case <-done:
+		t.Fatalf("a fourth holder got a slot while three were held: %v", acqErr)
+	default:
 	}
 	freed, _ := s.SlotOf(locks[1])
 	if err := locks[1].Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatal(err)
 	}
-	lock := <-got
-	if lock == nil {
-		t.FailNow()
+	stepUntil(t, clk, 2, done, time.Minute)
+	if acqErr != nil {
+		t.Fatalf("the waiter: %v", acqErr)
 	}
 	if slot, ok := s.SlotOf(lock); !ok || slot != freed {
 		t.Errorf("the waiter got slot %d (%v); want the freed slot %d", slot, ok, freed)
