@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -150,10 +153,10 @@ func TestOverloadReportsEveryLockInDanger(t *testing.T) {
 // Close waits for heartbeats in flight, and leaves no goroutine behind.
 func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	e := newEnv(t)
-	proxy, ddb := e.proxied()
+	gated := &gatedUpdates{DynamoDBAPI: e.ddb, gate: make(chan struct{})}
 	before := ddblockGoroutines()
-	c, err := ddblock.New(ddb, append(e.names, ddblock.WithLogger(quiet), ddblock.WithHeartbeatPeriod(50*time.Millisecond),
-		ddblock.WithSafePeriod(time.Second), ddblock.WithLeaseDuration(2*time.Second))...)
+	clk := fakeClock()
+	c, err := ddblock.New(gated, append(append(e.names, fakeTimes()...), ddblock.WithLogger(quiet), ddblock.WithClock(clk))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +164,32 @@ func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "UpdateItem", Delay: 300 * time.Millisecond})
-	waitFor(t, "a heartbeat in flight", func() bool { return c.Stats().HeartbeatsInFlight > 0 })
+	// The first heartbeat goes a period after the acquire, and is held
+	// at the gate; on the fake clock no other can go.
 	sent := c.Stats().HeartbeatsSent
-	if err := c.Close(context.Background(), false); err != nil {
+	clk.Advance(time.Second)
+	waitFor(t, "a heartbeat held at the gate", func() bool { return gated.held.Load() == 1 })
+	closed := make(chan error, 1)
+	var callEndedFirst atomic.Bool
+	go func() {
+		err := c.Close(context.Background(), false)
+		callEndedFirst.Store(gated.ended.Load() == 1)
+		closed <- err
+	}()
+	// Close has begun: the lock is finished, the loops' timers stopped.
+	<-lock.Done()
+	waitFor(t, "the heartbeater and the monitor to stop", func() bool { return clk.Timers() == 0 })
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a heartbeat was in flight", err)
+	default:
+	}
+	close(gated.gate)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	if !callEndedFirst.Load() {
+		t.Error("Close returned before the heartbeat call in flight ended")
 	}
 	if s := c.Stats(); s.HeartbeatsInFlight != 0 || s.HeartbeatsSent != sent+1 {
 		t.Errorf("after Close: %+v; want the heartbeat in flight finished", s)
@@ -178,4 +202,19 @@ func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
 		t.Errorf("table has %+v; lock says %q", info, lock.RecordVersionNumber())
 	}
+}
+
+// gatedUpdates holds every UpdateItem (a heartbeat) until gate is
+// closed, counting the calls held and those that ended.
+type gatedUpdates struct {
+	ddblock.DynamoDBAPI
+	gate        chan struct{}
+	held, ended atomic.Int64
+}
+
+func (g *gatedUpdates) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	g.held.Add(1)
+	<-g.gate
+	defer g.ended.Add(1)
+	return g.DynamoDBAPI.UpdateItem(ctx, in, o...)
 }
