@@ -299,6 +299,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		RecordVersionNumber:  newRecordVersionNumber(),
 		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
 		AdditionalAttributes: a.opts.AdditionalAttributes,
+		Tenure:               newRecordVersionNumber(),
 	}
 	if c.opts.MaxClockSkew > 0 {
 		info.HeartbeatTime = now
@@ -396,6 +397,7 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 		lease:         info.LeaseDuration,
 		attrs:         info.AdditionalAttributes,
 		token:         info.FencingToken,
+		tenure:        info.Tenure,
 		takenFrom:     takenFrom,
 		callback:      a.opts.Callback,
 		status:        StatusLocked,

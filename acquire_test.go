@@ -292,8 +292,8 @@ func TestBadAcquireArguments(t *testing.T) {
 		{"empty partition key", "", "PartitionKey", nil},
 		{"oversized partition key", long(2049), "PartitionKey", nil},
 		{"invalid UTF-8", "\xff", "PartitionKey", nil},
-		{"empty sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKey("")}},
-		{"oversized sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKey(long(1025))}},
+		{"empty sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKeyValue("")}},
+		{"oversized sort key", "k", "SortKey", []ddblock.AcquireOption{ddblock.WithSortKeyValue(long(1025))}},
 		{"zero retry period", "k", "RetryPeriod", []ddblock.AcquireOption{ddblock.WithRetryPeriod(0)}},
 		{"negative retry timeout", "k", "RetryTimeout", []ddblock.AcquireOption{ddblock.WithRetryTimeout(-time.Second)}},
 		{"nil attribute", "k", "AdditionalAttributes", []ddblock.AcquireOption{ddblock.WithAdditionalAttributes(map[string]types.AttributeValue{"x": nil})}},
@@ -307,7 +307,7 @@ func TestBadAcquireArguments(t *testing.T) {
 		})
 	}
 	// The largest keys DynamoDB takes are accepted.
-	if _, err := c.AcquireLock(context.Background(), string(make([]byte, 2048)), ddblock.WithSortKey(string(make([]byte, 1024)))); err != nil {
+	if _, err := c.AcquireLock(context.Background(), string(make([]byte, 2048)), ddblock.WithSortKeyValue(string(make([]byte, 1024)))); err != nil {
 		t.Fatalf("largest keys: %v", err)
 	}
 }
@@ -316,11 +316,11 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := e.client()
-	a, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"))
+	a, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("b/c d"), ddblock.WithRetryTimeout(0))
+	b, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("b/c d"), ddblock.WithRetryTimeout(0))
 	if err != nil {
 		t.Fatalf("second sort key under the same partition key: %v", err)
 	}
@@ -337,7 +337,7 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b/c d"}, keys); diff != "" {
 		t.Errorf("locks under k (-want +got):\n%s", diff)
 	}
-	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKey("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAcquireTimeout) {
 		t.Errorf("same sort key again: %v; want ACQUIRE_TIMEOUT", err)
 	}
 }
@@ -363,7 +363,7 @@ func TestCustomNames(t *testing.T) {
 	for k := range out.Item {
 		names = append(names, k)
 	}
-	want := []string{"lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
+	want := []string{"ddblock_tenure", "lease_duration", "name", "owner_name", "range", "record_version_number", "ttl"}
 	if diff := cmp.Diff(want, names, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("attributes (-want +got):\n%s", diff)
 	}

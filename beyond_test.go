@@ -255,7 +255,7 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	if n := c.Stats().HeartbeatsSent; n < 2 {
 		t.Errorf("%d heartbeats in two periods; want 2", n)
 	}
-	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKey("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKeyValue("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
 		t.Errorf("a sort key on a partition-key-only table: %v", err)
 	}
 	info, err := c.GetLock(ctx, "job", "")

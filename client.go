@@ -145,10 +145,12 @@ func (c *Client) Stats() Stats {
 
 // New returns a client for the lock table, configured by opts over
 // python_dynamodb_lock's defaults, and starts its background goroutines.
+// Every option is applied before any default is filled or any setting is
+// derived or checked, so their order does not matter (see [Options]).
 // Settings that cannot work are refused, all at once, with errors of code
 // CodeInvalidArgument naming each setting.
 func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
-	o := defaultOptions()
+	var o Options
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -158,12 +160,9 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 	if ddb == nil || isNilInterface(ddb) {
 		errs = append(errs, invalidArg("DynamoDB", "client must not be nil"))
 	}
-	errs = append(errs, o.problems()...)
+	errs = append(errs, o.resolve()...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
-	}
-	if err := o.resolve(); err != nil {
-		return nil, err
 	}
 	c := &Client{
 		ddb:   ddb,

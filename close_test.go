@@ -226,7 +226,7 @@ func TestGoroutinesBoundedAndStopped(t *testing.T) {
 	ctx := context.Background()
 	before := ddblockGoroutines()
 	c, err := ddblock.New(e.ddb, append(e.names, ddblock.WithLogger(quiet), ddblock.WithCallbackWorkers(3),
-		ddblock.WithHeartbeatPeriod(20*time.Millisecond), ddblock.WithHeartbeatConcurrency(4))...)
+		ddblock.WithHeartbeatPeriod(20*time.Millisecond), ddblock.WithLeaseDuration(30*time.Second), ddblock.WithHeartbeatConcurrency(4))...)
 	if err != nil {
 		t.Fatal(err)
 	}

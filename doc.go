@@ -15,6 +15,16 @@
 // [Client.WithLock] does both around a function, like Python's `with`
 // block.
 //
+// # Settings
+//
+// [New] takes [Option] values over python_dynamodb_lock's defaults, and
+// resolves them once, after the last: their order never matters. The
+// durations follow each other by one rule, [Timing.Derive]: set the lease
+// alone, and the heartbeat period and safe period are a sixth and two
+// thirds of it, as Python's 5 s, 20 s and 30 s are. Settings set together
+// are checked together, and a contradiction is refused with an error
+// naming both settings. See [Options].
+//
 // # How a lock stays safe
 //
 // A lock is an item in the table, keyed by a partition key and a sort key
@@ -44,6 +54,20 @@
 // [StatusLocked] and the callback hears [CodeLockRecovered]. [Lock.Done]
 // stays closed: work that stopped must be restarted deliberately, under a
 // fresh check of [Lock.Status].
+//
+// # Guarded writes
+//
+// Every way of being told comes a little late for a holder that was
+// paused between its last look and its write. Where the work under the
+// lock is writing DynamoDB items, close that window with
+// [Lock.GuardedWrite]: it runs your Put, Update, Delete and
+// ConditionCheck actions in one DynamoDB transaction with a check that
+// the lock item still names this holder's tenure (see [Lock.Tenure]), so
+// that they commit only while the lock is held, as DynamoDB orders
+// things, whatever the holder's clock says. [Lock.Guard] gives the check
+// alone, for a transaction of your own. A failed guard is
+// [ErrLockNotHeld]. doc/guarded-writes.md states the guarantee and its
+// limits.
 //
 // # Elections and semaphores
 //

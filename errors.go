@@ -65,6 +65,38 @@ const (
 	CodeTTLUnsupported Code = "TTL_UNSUPPORTED"
 )
 
+// The codes of guarded writes (see [Lock.GuardedWrite]).
+const (
+	// CodeLockNotHeld: a guarded write found the lock not held (known
+	// lost beforehand, or the guard's condition failed), so nothing was
+	// written.
+	CodeLockNotHeld Code = "LOCK_NOT_HELD"
+	// CodeWriteConditionFailed: the guard held, but the condition of one
+	// of the caller's own actions failed, so nothing was written.
+	CodeWriteConditionFailed Code = "WRITE_CONDITION_FAILED"
+	// CodeTransactionConflict: DynamoDB cancelled the transaction because
+	// another write to one of its items was under way; nothing was
+	// written, and the same call may be retried.
+	CodeTransactionConflict Code = "TRANSACTION_CONFLICT"
+	// CodeOutcomeUnknown: no answer came, so the write may or may not
+	// have been applied.
+	CodeOutcomeUnknown Code = "OUTCOME_UNKNOWN"
+	// CodeTransactionsUnsupported: the server, or the DynamoDBAPI given
+	// to New, has no TransactWriteItems.
+	CodeTransactionsUnsupported Code = "TRANSACTIONS_UNSUPPORTED"
+)
+
+// ddblock's codes for tables that cannot hold a lock safely.
+const (
+	// CodeTableUnsafe: the table cannot hold a lock safely. A global table
+	// replicated with multi-Region eventual consistency (MREC) lets
+	// clients writing in two regions both take the same lock; EnsureTable
+	// and Client.CheckTable refuse it unless the table options say that
+	// every client writes through one region
+	// ([TableOptions.SingleRegionWrites]).
+	CodeTableUnsafe Code = "TABLE_UNSAFE"
+)
+
 // Error is the one error type ddblock returns. Match a kind with
 // errors.Is against the Err… sentinels, or read the fields with errors.As:
 //
@@ -149,6 +181,18 @@ var (
 
 	ErrSemaphoreMismatch = &Error{Code: CodeSemaphoreMismatch}
 )
+
+// Sentinels of the guarded writes' codes.
+var (
+	ErrLockNotHeld             = &Error{Code: CodeLockNotHeld}
+	ErrWriteConditionFailed    = &Error{Code: CodeWriteConditionFailed}
+	ErrTransactionConflict     = &Error{Code: CodeTransactionConflict}
+	ErrOutcomeUnknown          = &Error{Code: CodeOutcomeUnknown}
+	ErrTransactionsUnsupported = &Error{Code: CodeTransactionsUnsupported}
+)
+
+// Sentinel of the unsafe tables' code.
+var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when
 // there is none.

@@ -22,7 +22,7 @@ func exampleDynamoDB() (*dynamodb.Client, string) {
 	exampleTables++
 	table := fmt.Sprintf("ExampleLocks%d_%d", exampleTables, time.Now().UnixNano())
 	err := ddblock.CreateTable(context.Background(), ddb,
-		ddblock.WithTableNames(ddblock.Options{TableName: table, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time"}),
+		ddblock.WithNamesFromOptions(ddblock.Options{TableName: table, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time"}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
 	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
 		log.Fatal(err)

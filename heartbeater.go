@@ -475,16 +475,7 @@ func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []
 		}
 	case stolen:
 		c.stats.heartbeatsFailed.Add(1)
-		if !l.heldLocked() {
-			return // released meanwhile; the release reports it
-		}
-		l.status = StatusInvalid
-		l.finishLocked(l.lockError(CodeLockStolen, "another client took the lock", err))
-		c.unregister(l)
-		c.stats.stolen.Add(1)
-		c.opts.Metrics.LockStolen()
-		c.callbacks.enqueue(l, CodeLockStolen)
-		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk)
+		l.markStolenLocked("another client took the lock", err)
 	default:
 		c.stats.heartbeatsFailed.Add(1)
 		if outcomeUnknown(err) {

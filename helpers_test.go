@@ -21,6 +21,7 @@ type env struct {
 	t     *testing.T
 	ddb   *dynamodb.Client
 	table string
+	data  string           // a table for the data guarded writes change (guard_test.go)
 	names []ddblock.Option // table and attribute names, for every client
 }
 
@@ -39,7 +40,7 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 		SortKeyName:      or(to.SortKeyName, ddblock.DefaultSortKeyName),
 		TTLAttributeName: or(to.TTLAttributeName, ddblock.DefaultTTLAttributeName),
 	}
-	ddbtest.CreateTable(t, e.ddb, e.table, ddblock.WithTableNames(names))
+	ddbtest.CreateTable(t, e.ddb, e.table, ddblock.WithNamesFromOptions(names))
 	e.names = []ddblock.Option{
 		ddblock.WithTableName(names.TableName),
 		ddblock.WithPartitionKeyName(names.PartitionKeyName),

@@ -41,12 +41,16 @@ const (
 	// key without it was overwritten by someone else, and stands for no
 	// session.
 	attrIsSession = "ddblock_is_session"
+	// attrTenure: a random identifier written at each acquisition and
+	// kept by every heartbeat, so that it names one tenure of one holder
+	// (S). A guarded write is conditioned on it (see guard.go).
+	attrTenure = "ddblock_tenure"
 )
 
 func isLockAttribute(name string) bool {
 	switch name {
 	case attrOwnerName, attrLeaseDuration, attrRVN, attrFencingToken, attrReleased, attrHeartbeatTime,
-		attrSession, attrSessionLease, attrIsSession:
+		attrSession, attrSessionLease, attrIsSession, attrTenure:
 		return true
 	}
 	return false
@@ -103,6 +107,12 @@ type LockInfo struct {
 	// IsSession is true for a session item itself: the item a client
 	// with [Options.SessionLease] heartbeats for all its locks.
 	IsSession bool
+	// Tenure identifies one acquisition: ddblock writes a new random
+	// value each time it takes the lock and keeps it through the
+	// holder's heartbeats, unlike RecordVersionNumber. Empty on items
+	// written by python_dynamodb_lock. A guarded write (see
+	// [Lock.GuardedWrite]) is conditioned on it.
+	Tenure string
 }
 
 // SessionInfo is the session a lock is attached to.
@@ -234,6 +244,9 @@ func (c itemCodec) encode(info *LockInfo) map[string]types.AttributeValue {
 	if info.IsSession {
 		item[attrIsSession] = &types.AttributeValueMemberBOOL{Value: true}
 	}
+	if info.Tenure != "" {
+		item[attrTenure] = &types.AttributeValueMemberS{Value: info.Tenure}
+	}
 	return item
 }
 
@@ -332,6 +345,11 @@ func (c itemCodec) decode(item map[string]types.AttributeValue) (*LockInfo, erro
 		}
 		if info.Session.LeaseDuration, ok = parseLease(lease); !ok {
 			return nil, c.invalid(item, attrSessionLease, "not a lease in seconds between 0 and one year: "+truncate(lease, 64))
+		}
+	}
+	if _, present := item[attrTenure]; present {
+		if err := str(attrTenure, &info.Tenure); err != nil {
+			return nil, err
 		}
 	}
 	if v, present := item[attrIsSession]; present {

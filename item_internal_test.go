@@ -199,7 +199,7 @@ func FuzzOptions(f *testing.F) {
 		}
 		defer c.Close(t.Context(), false)
 		o := c.Options()
-		if !(o.HeartbeatPeriod > 0 && o.HeartbeatPeriod < o.SafePeriod && o.SafePeriod < o.LeaseDuration) ||
+		if !(o.HeartbeatPeriod > 0 && o.HeartbeatPeriod < o.SafePeriod && o.SafePeriod < o.LeaseDuration && o.LeaseDuration < o.ExpiryPeriod) ||
 			o.PartitionKeyName == o.SortKeyName || o.TableName == "" || (o.HeartbeatTPS != -1 && o.HeartbeatTPS < 1) {
 			t.Fatalf("accepted settings that cannot work: %+v", o)
 		}

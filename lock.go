@@ -55,6 +55,7 @@ type Lock struct {
 	lease     time.Duration
 	attrs     map[string]types.AttributeValue
 	token     int64
+	tenure    string
 	takenFrom *LockInfo
 	callback  Callback
 	// session is the session the lock is attached to, nil when the lock
@@ -105,6 +106,12 @@ func (l *Lock) LeaseDuration() time.Duration { return l.lease }
 // lease and does not know it yet is then turned away. It is 0 unless the
 // client has [Options.FencingTokens] or the key's item already counted.
 func (l *Lock) FencingToken() int64 { return l.token }
+
+// Tenure returns the identifier of this acquisition, written in the lock
+// item as ddblock_tenure and kept by every heartbeat: it changes only when
+// the key is acquired again, by anyone, this client included. A guarded
+// write is conditioned on it (see [Lock.GuardedWrite]).
+func (l *Lock) Tenure() string { return l.tenure }
 
 // TakenOverFrom returns the lock item this lock replaced when it was
 // taken from a holder presumed dead (its lease ran out unrefreshed, or
@@ -186,6 +193,8 @@ func (l *Lock) Info() LockInfo {
 		RecordVersionNumber:  l.rvn,
 		ExpiryTime:           l.expiry,
 		AdditionalAttributes: maps.Clone(l.attrs),
+		FencingToken:         l.token,
+		Tenure:               l.tenure,
 	}
 	if l.session != nil {
 		info.Session = &SessionInfo{PartitionKey: l.session.pk, LeaseDuration: l.session.lease}

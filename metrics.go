@@ -1,11 +1,13 @@
 package ddblock
 
 import (
+	"context"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // Metrics receives measurements of a client's work, to be wired to any
@@ -84,30 +86,49 @@ func (NoMetrics) CallThrottled(string) {}
 func (NoMetrics) CallbackLate(time.Duration) {}
 
 // throttleWatch returns per-call SDK options that report every throttled
-// attempt of operation to the client's metrics, by wrapping the SDK's
-// retryer, which sees each failed attempt.
+// attempt of operation to the client's metrics. They add a middleware to
+// the call's stack just inside the SDK's retry middleware, where it sees
+// each attempt's outcome, and leave the retryer alone: a wrapper around
+// the retryer would hide its aws.RetryerV2 side (GetAttemptToken), and
+// with it the client-side rate limiter of the SDK's adaptive retry mode.
 func (c *Client) throttleWatch(operation string) []func(*dynamodb.Options) {
 	if _, none := c.opts.Metrics.(NoMetrics); none {
 		return nil
 	}
+	m := c.opts.Metrics
 	return []func(*dynamodb.Options){func(o *dynamodb.Options) {
-		if o.Retryer != nil {
-			o.Retryer = throttleRetryer{Retryer: o.Retryer, op: operation, m: c.opts.Metrics}
-		}
+		// o is the call's own copy of the client's options.
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return addThrottleCounter(s, operation, m)
+		})
 	}}
 }
 
+// throttleCounterID names ddblock's middleware in the SDK's stack.
+const throttleCounterID = "ddblock.ThrottleCounter"
+
+// retryMiddlewareID is the SDK's name for its retry middleware, which runs
+// the attempts of a call.
+var retryMiddlewareID = (*retry.Attempt)(nil).ID()
+
+// throttles tells throttling errors, as the SDK's retryers do by default.
 var throttles = retry.IsErrorThrottles(retry.DefaultThrottles)
 
-type throttleRetryer struct {
-	aws.Retryer
-	op string
-	m  Metrics
-}
-
-func (r throttleRetryer) IsErrorRetryable(err error) bool {
-	if throttles.IsErrorThrottle(err) == aws.TrueTernary {
-		r.m.CallThrottled(r.op)
+// addThrottleCounter puts the counting middleware right after the retry
+// middleware in the Finalize step, so that it runs once an attempt; in a
+// stack without retries, each call is one attempt, and it goes first.
+func addThrottleCounter(s *middleware.Stack, op string, m Metrics) error {
+	count := middleware.FinalizeMiddlewareFunc(throttleCounterID, func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+		middleware.FinalizeOutput, middleware.Metadata, error,
+	) {
+		out, md, err := next.HandleFinalize(ctx, in)
+		if err != nil && throttles.IsErrorThrottle(err) == aws.TrueTernary {
+			m.CallThrottled(op)
+		}
+		return out, md, err
+	})
+	if _, ok := s.Finalize.Get(retryMiddlewareID); ok {
+		return s.Finalize.Insert(count, retryMiddlewareID, middleware.After)
 	}
-	return r.Retryer.IsErrorRetryable(err)
+	return s.Finalize.Add(count, middleware.Before)
 }

@@ -3,7 +3,6 @@ package ddblock
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -39,15 +38,31 @@ type Clock = clock.Clock
 // Timer is a timer made by a [Clock].
 type Timer = clock.Timer
 
-// Options are a client's settings. [New] starts from the defaults (those
-// of python_dynamodb_lock), applies each option in order, then checks the
-// result as a whole.
+// Options are a client's settings. [New] applies every option first and
+// resolves the settings once, after the last, so that the order of the
+// options never matters:
+//
+//   - a setting that no option set takes its default (python_dynamodb_lock's);
+//   - of the four durations that depend on each other (HeartbeatPeriod,
+//     SafePeriod, LeaseDuration, ExpiryPeriod), those not set are derived
+//     from those set, by the one rule of [Timing.Derive]: set the lease
+//     alone, and the heartbeat period and safe period follow it;
+//   - the settings are then checked as a whole, every problem reported at
+//     once; two settings that contradict each other are refused with an
+//     error naming both, and saying which were set and which derived.
+//
+// A field left at its zero value counts as not set. The With functions
+// also record that they set their field, so that WithHeartbeatPeriod(0)
+// is refused rather than taken for "not set"; an [Option] that writes
+// fields directly cannot be told apart from one that did not, when it
+// writes a zero value.
 //
 // Tuning: the lease is how long other clients wait on a silent holder; the
 // heartbeat period should be at most a quarter of it, so that several
 // heartbeats can fail before the lease runs out; the safe period sits
 // between them, and is when the holder is told to stop working. The
-// defaults (5 s heartbeat, 20 s safe, 30 s lease) follow that rule.
+// defaults (5 s heartbeat, 20 s safe, 30 s lease) follow that rule, and so
+// does anything derived from one duration set alone.
 type Options struct {
 	// TableName is the lock table. Default "DynamoDBLockTable".
 	TableName string
@@ -55,7 +70,8 @@ type Options struct {
 	// type S. Default "lock_key".
 	PartitionKeyName string
 	// SortKeyName is the table's sort (RANGE) key attribute, of type S.
-	// Default "sort_key". Empty only with PartitionKeyOnly.
+	// Default "sort_key", or empty with PartitionKeyOnly; setting both it
+	// (non-empty) and PartitionKeyOnly is refused.
 	SortKeyName string
 	// PartitionKeyOnly is for a table keyed by the partition key alone,
 	// as the Java, Node and Go peers allow. Locks then have no sort key.
@@ -68,17 +84,25 @@ type Options struct {
 	// OwnerName identifies this client in the items it writes. Default:
 	// the host name followed by 32 random hex digits, as Python does.
 	OwnerName string
-	// HeartbeatPeriod is how often each held lock is refreshed. Default 5 s.
+	// HeartbeatPeriod is how often each held lock is refreshed. Default
+	// 5 s; when not set, a sixth of the lease or a quarter of the safe
+	// period, the shorter (see [Timing.Derive]). Must be below SafePeriod.
 	HeartbeatPeriod time.Duration
 	// SafePeriod is how long a held lock may go without a successful
-	// heartbeat before it is declared in danger. Default 20 s.
+	// heartbeat before it is declared in danger. Default 20 s; when not
+	// set but another duration is, two thirds of the lease. Must be below
+	// LeaseDuration.
 	SafePeriod time.Duration
 	// LeaseDuration is written into every lock this client takes: how
 	// long others must see the lock unchanged before taking it over.
-	// Default 30 s.
+	// Default 30 s; when not set, the longest of 30 s, 3/2 of SafePeriod
+	// (if set) and 6 times HeartbeatPeriod (if set). At most a year.
 	LeaseDuration time.Duration
 	// ExpiryPeriod sets the TTL attribute: now plus this, in whole epoch
-	// seconds, refreshed by every heartbeat. Default 1 h.
+	// seconds, refreshed by every heartbeat. Default 1 h, or twice the
+	// lease if that is longer. Must be longer than LeaseDuration, so that
+	// DynamoDB's TTL cannot delete a silent holder's item before its
+	// lease has run out.
 	ExpiryPeriod time.Duration
 	// HeartbeatTPS is -1 (default) to spread each period's heartbeats
 	// evenly over the period, or a positive number of heartbeats a second.
@@ -88,9 +112,9 @@ type Options struct {
 	HeartbeatConcurrency int
 	// HeartbeatTimeout bounds each heartbeat call, and the clean-up calls
 	// made on a context of their own (releases by Close and WithLock).
-	// Default: half the safe period, so that a slow call may still land
-	// and keep its lock, while a hung one frees its sender long before
-	// the lock is in danger.
+	// Default (and when set to 0): half the safe period, so that a slow
+	// call may still land and keep its lock, while a hung one frees its
+	// sender long before the lock is in danger.
 	HeartbeatTimeout time.Duration
 	// CallbackWorkers is the number of goroutines that run callbacks.
 	// Default 5.
@@ -99,14 +123,16 @@ type Options struct {
 	// number greater than that of every earlier acquisition of the key,
 	// in the same conditional write that grants the lock (see
 	// [Lock.FencingToken]). It turns on KeepReleasedItems, so that the
-	// count survives releases. Default false.
+	// count survives releases; setting KeepReleasedItems false with it is
+	// refused. Default false.
 	FencingTokens bool
 	// KeepReleasedItems makes a release mark the item released instead of
 	// deleting it (the Java client's "delete on release = false"). Any
 	// ddblock client may take a released item at once; a Python client
 	// waits a lease first. DynamoDB's TTL removes it eventually. Default
-	// false, as Python; an item that carries a fencing token is kept
-	// whatever this says, so that no client breaks the count.
+	// false, as Python, or true with FencingTokens; an item that carries
+	// a fencing token is kept whatever this says, so that no client
+	// breaks the count.
 	KeepReleasedItems bool
 	// MaxClockSkew, when positive, turns on fast takeover: this client
 	// stamps its wall clock into the items it writes, and takes over an
@@ -141,77 +167,125 @@ type Options struct {
 	// Clock is the source of time. Default: the system clock. Tests inject
 	// a fake one.
 	Clock Clock
+
+	// set records the settings the With functions set, so that one set
+	// to its zero value can be told from one not set.
+	set settingSet
 }
 
-// Option changes one setting of [Options].
+// settingSet is a set of settings of [Options], one bit each: those whose
+// zero value is refused when set, rather than taken for "not set".
+type settingSet uint32
+
+const (
+	setTableName settingSet = 1 << iota
+	setPartitionKeyName
+	setSortKeyName
+	setTTLAttributeName
+	setHeartbeatPeriod
+	setSafePeriod
+	setLeaseDuration
+	setExpiryPeriod
+	setHeartbeatTPS
+	setHeartbeatConcurrency
+	setCallbackWorkers
+	setKeepReleasedItems
+	setMaxObservations
+)
+
+func (s settingSet) has(x settingSet) bool { return s&x != 0 }
+
+// Option changes one setting of [Options]. Options are resolved after the
+// last one has run (see [Options]): their order does not matter.
 type Option func(*Options)
 
-// WithTableName sets [Options.TableName].
-func WithTableName(name string) Option { return func(o *Options) { o.TableName = name } }
+// WithTableName sets [Options.TableName], the lock table a client uses.
+// (The table helpers take [WithNamesFromOptions] instead.)
+func WithTableName(name string) Option {
+	return func(o *Options) { o.TableName, o.set = name, o.set|setTableName }
+}
 
 // WithPartitionKeyName sets [Options.PartitionKeyName].
 func WithPartitionKeyName(name string) Option {
-	return func(o *Options) { o.PartitionKeyName = name }
+	return func(o *Options) { o.PartitionKeyName, o.set = name, o.set|setPartitionKeyName }
 }
 
-// WithSortKeyName sets [Options.SortKeyName].
-func WithSortKeyName(name string) Option { return func(o *Options) { o.SortKeyName = name } }
+// WithSortKeyName sets [Options.SortKeyName]: the name of the table's
+// sort key attribute. (A lock's sort key value is an acquire option,
+// [WithSortKeyValue].)
+func WithSortKeyName(name string) Option {
+	return func(o *Options) { o.SortKeyName, o.set = name, o.set|setSortKeyName }
+}
 
 // WithTTLAttributeName sets [Options.TTLAttributeName].
 func WithTTLAttributeName(name string) Option {
-	return func(o *Options) { o.TTLAttributeName = name }
+	return func(o *Options) { o.TTLAttributeName, o.set = name, o.set|setTTLAttributeName }
 }
 
-// WithOwnerName sets [Options.OwnerName].
+// WithOwnerName sets [Options.OwnerName]; empty keeps the default.
 func WithOwnerName(name string) Option { return func(o *Options) { o.OwnerName = name } }
 
-// WithHeartbeatPeriod sets [Options.HeartbeatPeriod].
+// WithHeartbeatPeriod sets [Options.HeartbeatPeriod]. Set alone, it keeps
+// Python's 30 s lease and 20 s safe period, unless it is longer than 5 s:
+// then the lease is 6 times as long and the safe period 4 times (see
+// [Timing.Derive]).
 func WithHeartbeatPeriod(d time.Duration) Option {
-	return func(o *Options) { o.HeartbeatPeriod = d }
+	return func(o *Options) { o.HeartbeatPeriod, o.set = d, o.set|setHeartbeatPeriod }
 }
 
-// WithSafePeriod sets [Options.SafePeriod].
-func WithSafePeriod(d time.Duration) Option { return func(o *Options) { o.SafePeriod = d } }
+// WithSafePeriod sets [Options.SafePeriod]. Set without a lease, it keeps
+// Python's 30 s lease unless it is longer than 20 s: then the lease is 3/2
+// as long. The heartbeat period, unless set, is a sixth of the lease or a
+// quarter of the safe period, the shorter (see [Timing.Derive]).
+func WithSafePeriod(d time.Duration) Option {
+	return func(o *Options) { o.SafePeriod, o.set = d, o.set|setSafePeriod }
+}
 
-// WithLeaseDuration sets [Options.LeaseDuration].
+// WithLeaseDuration sets [Options.LeaseDuration]. The heartbeat period
+// and safe period, unless set, follow it: a sixth and two thirds of it
+// (see [Timing.Derive]). So WithLeaseDuration(12*time.Second) alone gives
+// a 2 s heartbeat and an 8 s safe period.
 func WithLeaseDuration(d time.Duration) Option {
-	return func(o *Options) { o.LeaseDuration = d }
+	return func(o *Options) { o.LeaseDuration, o.set = d, o.set|setLeaseDuration }
 }
 
 // WithExpiryPeriod sets [Options.ExpiryPeriod].
-func WithExpiryPeriod(d time.Duration) Option { return func(o *Options) { o.ExpiryPeriod = d } }
+func WithExpiryPeriod(d time.Duration) Option {
+	return func(o *Options) { o.ExpiryPeriod, o.set = d, o.set|setExpiryPeriod }
+}
 
 // WithHeartbeatTPS sets [Options.HeartbeatTPS].
-func WithHeartbeatTPS(tps int) Option { return func(o *Options) { o.HeartbeatTPS = tps } }
+func WithHeartbeatTPS(tps int) Option {
+	return func(o *Options) { o.HeartbeatTPS, o.set = tps, o.set|setHeartbeatTPS }
+}
 
 // WithHeartbeatConcurrency sets [Options.HeartbeatConcurrency].
 func WithHeartbeatConcurrency(n int) Option {
-	return func(o *Options) { o.HeartbeatConcurrency = n }
+	return func(o *Options) { o.HeartbeatConcurrency, o.set = n, o.set|setHeartbeatConcurrency }
 }
 
-// WithHeartbeatTimeout sets [Options.HeartbeatTimeout].
+// WithHeartbeatTimeout sets [Options.HeartbeatTimeout]; 0 keeps the
+// default.
 func WithHeartbeatTimeout(d time.Duration) Option {
 	return func(o *Options) { o.HeartbeatTimeout = d }
 }
 
 // WithCallbackWorkers sets [Options.CallbackWorkers].
-func WithCallbackWorkers(n int) Option { return func(o *Options) { o.CallbackWorkers = n } }
+func WithCallbackWorkers(n int) Option {
+	return func(o *Options) { o.CallbackWorkers, o.set = n, o.set|setCallbackWorkers }
+}
 
 // WithPartitionKeyOnly sets [Options.PartitionKeyOnly], for a table
-// without a sort key.
-func WithPartitionKeyOnly() Option {
-	return func(o *Options) { o.PartitionKeyOnly, o.SortKeyName = true, "" }
-}
+// without a sort key. Do not combine it with [WithSortKeyName].
+func WithPartitionKeyOnly() Option { return func(o *Options) { o.PartitionKeyOnly = true } }
 
-// WithFencingTokens sets [Options.FencingTokens] (and with it
-// [Options.KeepReleasedItems]).
-func WithFencingTokens() Option {
-	return func(o *Options) { o.FencingTokens, o.KeepReleasedItems = true, true }
-}
+// WithFencingTokens sets [Options.FencingTokens] (and with it, unless set
+// otherwise, which is refused, [Options.KeepReleasedItems]).
+func WithFencingTokens() Option { return func(o *Options) { o.FencingTokens = true } }
 
 // WithKeepReleasedItems sets [Options.KeepReleasedItems].
 func WithKeepReleasedItems(keep bool) Option {
-	return func(o *Options) { o.KeepReleasedItems = keep }
+	return func(o *Options) { o.KeepReleasedItems, o.set = keep, o.set|setKeepReleasedItems }
 }
 
 // WithMaxClockSkew sets [Options.MaxClockSkew].
@@ -223,7 +297,9 @@ func WithMaxClockSkew(d time.Duration) Option { return func(o *Options) { o.MaxC
 func WithSessionLease() Option { return func(o *Options) { o.SessionLease = true } }
 
 // WithMaxObservations sets [Options.MaxObservations].
-func WithMaxObservations(n int) Option { return func(o *Options) { o.MaxObservations = n } }
+func WithMaxObservations(n int) Option {
+	return func(o *Options) { o.MaxObservations, o.set = n, o.set|setMaxObservations }
+}
 
 // WithMetrics sets [Options.Metrics].
 func WithMetrics(m Metrics) Option { return func(o *Options) { o.Metrics = m } }
@@ -234,32 +310,91 @@ func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l 
 // WithClock sets [Options.Clock].
 func WithClock(c Clock) Option { return func(o *Options) { o.Clock = c } }
 
+// defaultOptions returns the settings of a client given no option.
 func defaultOptions() Options {
-	return Options{
-		TableName:            DefaultTableName,
-		PartitionKeyName:     DefaultPartitionKeyName,
-		SortKeyName:          DefaultSortKeyName,
-		TTLAttributeName:     DefaultTTLAttributeName,
-		HeartbeatPeriod:      DefaultHeartbeatPeriod,
-		SafePeriod:           DefaultSafePeriod,
-		LeaseDuration:        DefaultLeaseDuration,
-		ExpiryPeriod:         DefaultExpiryPeriod,
-		HeartbeatTPS:         DefaultHeartbeatTPS,
-		HeartbeatConcurrency: DefaultHeartbeatConcurrency,
-		CallbackWorkers:      DefaultCallbackWorkers,
-		MaxObservations:      DefaultMaxObservations,
-	}
+	var o Options
+	_ = o.resolve()
+	return o
 }
 
 // DefaultMaxObservations bounds the remembered observations of locks held
 // by others.
 const DefaultMaxObservations = 10000
 
-// resolve checks the settings as a whole, reporting every problem at
-// once, then fills what is derived from other settings.
-func (o *Options) resolve() error {
-	if errs := o.problems(); len(errs) > 0 {
-		return errors.Join(errs...)
+// given returns the settings an option set: those a With function
+// recorded, and those any option left at a non-zero value.
+func (o *Options) given() settingSet {
+	s := o.set
+	for _, f := range []struct {
+		bit     settingSet
+		nonZero bool
+	}{
+		{setTableName, o.TableName != ""},
+		{setPartitionKeyName, o.PartitionKeyName != ""},
+		{setSortKeyName, o.SortKeyName != ""},
+		{setTTLAttributeName, o.TTLAttributeName != ""},
+		{setHeartbeatPeriod, o.HeartbeatPeriod != 0},
+		{setSafePeriod, o.SafePeriod != 0},
+		{setLeaseDuration, o.LeaseDuration != 0},
+		{setExpiryPeriod, o.ExpiryPeriod != 0},
+		{setHeartbeatTPS, o.HeartbeatTPS != 0},
+		{setHeartbeatConcurrency, o.HeartbeatConcurrency != 0},
+		{setCallbackWorkers, o.CallbackWorkers != 0},
+		{setKeepReleasedItems, o.KeepReleasedItems},
+		{setMaxObservations, o.MaxObservations != 0},
+	} {
+		if f.nonZero {
+			s |= f.bit
+		}
+	}
+	return s
+}
+
+// resolve turns the settings the options left into those the client
+// uses, once, after every option has run, so that the options' order
+// cannot change the outcome: it fills the defaults of what no option set,
+// derives the durations not set from those set, then checks the whole,
+// returning every problem at once.
+func (o *Options) resolve() []error {
+	given := o.given()
+	o.set = given
+	for _, n := range []struct {
+		bit   settingSet
+		field *string
+		def   string
+	}{
+		{setTableName, &o.TableName, DefaultTableName},
+		{setPartitionKeyName, &o.PartitionKeyName, DefaultPartitionKeyName},
+		{setSortKeyName, &o.SortKeyName, DefaultSortKeyName},
+		{setTTLAttributeName, &o.TTLAttributeName, DefaultTTLAttributeName},
+	} {
+		if !given.has(n.bit) {
+			*n.field = n.def
+		}
+	}
+	if o.PartitionKeyOnly && !given.has(setSortKeyName) {
+		o.SortKeyName = ""
+	}
+	for _, n := range []struct {
+		bit   settingSet
+		field *int
+		def   int
+	}{
+		{setHeartbeatTPS, &o.HeartbeatTPS, DefaultHeartbeatTPS},
+		{setHeartbeatConcurrency, &o.HeartbeatConcurrency, DefaultHeartbeatConcurrency},
+		{setCallbackWorkers, &o.CallbackWorkers, DefaultCallbackWorkers},
+		{setMaxObservations, &o.MaxObservations, DefaultMaxObservations},
+	} {
+		if !given.has(n.bit) {
+			*n.field = n.def
+		}
+	}
+	if o.FencingTokens && !given.has(setKeepReleasedItems) {
+		o.KeepReleasedItems = true
+	}
+	origins := o.deriveTiming(given)
+	if errs := o.check(origins); len(errs) > 0 {
+		return errs
 	}
 	if o.HeartbeatTimeout == 0 {
 		o.HeartbeatTimeout = o.SafePeriod / 2
@@ -279,8 +414,39 @@ func (o *Options) resolve() error {
 	return nil
 }
 
-// problems lists every setting that cannot work.
-func (o *Options) problems() []error {
+// deriveTiming fills the durations no option set by [Timing.Derive], from
+// those set. A duration set but not positive stays as set, to be refused,
+// and derives nothing.
+func (o *Options) deriveTiming(given settingSet) timingOrigins {
+	fields := [...]struct {
+		bit   settingSet
+		field *time.Duration
+	}{
+		{setHeartbeatPeriod, &o.HeartbeatPeriod},
+		{setSafePeriod, &o.SafePeriod},
+		{setLeaseDuration, &o.LeaseDuration},
+		{setExpiryPeriod, &o.ExpiryPeriod},
+	}
+	var in [len(fields)]time.Duration
+	for i, f := range fields {
+		if given.has(f.bit) {
+			in[i] = *f.field
+		}
+	}
+	t, origins := deriveTiming(Timing{HeartbeatPeriod: in[0], SafePeriod: in[1], LeaseDuration: in[2], ExpiryPeriod: in[3]})
+	out := [...]time.Duration{t.HeartbeatPeriod, t.SafePeriod, t.LeaseDuration, t.ExpiryPeriod}
+	for i, f := range fields {
+		if !given.has(f.bit) {
+			*f.field = out[i]
+		}
+	}
+	return origins
+}
+
+// check lists every setting that cannot work, and every pair of settings
+// that cannot work together. origins says which durations were derived,
+// and from what, for the messages.
+func (o *Options) check(origins timingOrigins) []error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, invalidArg(setting, fmt.Sprintf(format, args...)))
@@ -320,27 +486,50 @@ func (o *Options) problems() []error {
 		}
 		names[n.value] = n.setting
 	}
-	for _, d := range []struct {
+	if o.PartitionKeyOnly && o.SortKeyName != "" {
+		bad("SortKeyName", "%q and PartitionKeyOnly exclude each other (both set): a table keyed by the partition key alone has no sort key", o.SortKeyName)
+	}
+
+	durations := []struct {
 		setting string
 		value   time.Duration
+		origin  timingOrigin
 	}{
-		{"HeartbeatPeriod", o.HeartbeatPeriod},
-		{"SafePeriod", o.SafePeriod},
-		{"LeaseDuration", o.LeaseDuration},
-		{"ExpiryPeriod", o.ExpiryPeriod},
-	} {
+		{"HeartbeatPeriod", o.HeartbeatPeriod, origins.heartbeat},
+		{"SafePeriod", o.SafePeriod, origins.safe},
+		{"LeaseDuration", o.LeaseDuration, origins.lease},
+		{"ExpiryPeriod", o.ExpiryPeriod, origins.expiry},
+	}
+	for _, d := range durations {
 		if d.value <= 0 {
-			bad(d.setting, "must be positive, got %v", d.value)
+			bad(d.setting, "must be positive, got %v%s", d.value, d.origin.note())
 		}
 	}
-	if o.HeartbeatPeriod > 0 && o.SafePeriod > 0 && o.HeartbeatPeriod >= o.SafePeriod {
-		bad("HeartbeatPeriod", "%v must be below SafePeriod %v", o.HeartbeatPeriod, o.SafePeriod)
-	}
-	if o.SafePeriod > 0 && o.LeaseDuration > 0 && o.SafePeriod >= o.LeaseDuration {
-		bad("SafePeriod", "%v must be below LeaseDuration %v", o.SafePeriod, o.LeaseDuration)
+	// Each duration must be below the next (ExpiryPeriod above
+	// LeaseDuration: DynamoDB's TTL must not delete a silent holder's item
+	// before its lease has run out).
+	for i := range len(durations) - 1 {
+		lo, hi := durations[i], durations[i+1]
+		if lo.value <= 0 || hi.value <= 0 || lo.value < hi.value {
+			continue
+		}
+		setting, how := lo.setting, "both set"
+		switch {
+		case lo.origin.derived() && hi.origin.derived():
+			how = fmt.Sprintf("%s %s; %s %s", lo.setting, lo.origin.how, hi.setting, hi.origin.how)
+		case lo.origin.derived():
+			setting, how = hi.setting, fmt.Sprintf("%s not set: %s", lo.setting, lo.origin.how)
+		case hi.origin.derived():
+			how = fmt.Sprintf("%s not set: %s", hi.setting, hi.origin.how)
+		}
+		bad(setting, "%s %v must be below %s %v (%s)", lo.setting, lo.value, hi.setting, hi.value, how)
 	}
 	if o.LeaseDuration > maxLease {
-		bad("LeaseDuration", "%v is longer than the %v this library supports", o.LeaseDuration, maxLease)
+		if origins.lease.derived() && origins.lease.from != "" {
+			bad(origins.lease.from, "gives a LeaseDuration of %v (%s), longer than the %v this library supports", o.LeaseDuration, origins.lease.how, maxLease)
+		} else {
+			bad("LeaseDuration", "%v is longer than the %v this library supports", o.LeaseDuration, maxLease)
+		}
 	}
 	if o.HeartbeatTPS == 0 || o.HeartbeatTPS < -1 {
 		bad("HeartbeatTPS", "must be -1 (adaptive) or positive, got %d", o.HeartbeatTPS)
@@ -354,9 +543,6 @@ func (o *Options) problems() []error {
 	if o.CallbackWorkers <= 0 {
 		bad("CallbackWorkers", "must be positive, got %d", o.CallbackWorkers)
 	}
-	if o.PartitionKeyOnly && o.SortKeyName != "" {
-		bad("SortKeyName", "must be empty for a table keyed by the partition key alone, got %q", o.SortKeyName)
-	}
 	if o.MaxClockSkew < 0 {
 		bad("MaxClockSkew", "must not be negative, got %v", o.MaxClockSkew)
 	}
@@ -364,7 +550,7 @@ func (o *Options) problems() []error {
 		bad("MaxObservations", "must be positive, got %d", o.MaxObservations)
 	}
 	if o.FencingTokens && !o.KeepReleasedItems {
-		bad("KeepReleasedItems", "fencing tokens need released items kept, or the count restarts after every release")
+		bad("KeepReleasedItems", "false and FencingTokens exclude each other (both set): fencing tokens need released items kept, or the count restarts after every release")
 	}
 	return errs
 }
@@ -447,10 +633,18 @@ type AcquireOptions struct {
 // AcquireOption changes one setting of [AcquireOptions].
 type AcquireOption func(*AcquireOptions)
 
-// WithSortKey sets [AcquireOptions.SortKey].
-func WithSortKey(sortKey string) AcquireOption {
+// WithSortKeyValue sets [AcquireOptions.SortKey]: the lock's sort key
+// value, "-" by default. (The name of the sort key attribute is a client
+// option, [WithSortKeyName].)
+func WithSortKeyValue(sortKey string) AcquireOption {
 	return func(o *AcquireOptions) { o.SortKey = sortKey }
 }
+
+// WithSortKey sets [AcquireOptions.SortKey].
+//
+// Deprecated: Use [WithSortKeyValue], whose name cannot be mistaken for
+// the client option [WithSortKeyName].
+func WithSortKey(sortKey string) AcquireOption { return WithSortKeyValue(sortKey) }
 
 // WithRetryPeriod sets [AcquireOptions.RetryPeriod].
 func WithRetryPeriod(d time.Duration) AcquireOption {

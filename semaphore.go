@@ -164,7 +164,7 @@ func (s *Semaphore) slotOfKey(pk, sk string) (int, bool) {
 // with [Options.MaxClockSkew]). Contenders start at a random slot, so
 // that they do not all race for the first free one.
 //
-// WithSortKey is refused: the semaphore names its slots.
+// WithSortKeyValue is refused: the semaphore names its slots.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lock, error) {
 	return s.acquire(ctx, false, opts)
 }

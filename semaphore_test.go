@@ -473,7 +473,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		"Acquire nil ctx":    func() error { _, err := s.Acquire(nilCtx); return err },
 		"TryAcquire nil ctx": func() error { _, err := s.TryAcquire(nilCtx); return err },
 		"Holders nil ctx":    func() error { _, err := s.Holders(nilCtx); return err },
-		"WithSortKey":        func() error { _, err := s.Acquire(ctx, ddblock.WithSortKey("slot-0")); return err },
+		"WithSortKeyValue":   func() error { _, err := s.Acquire(ctx, ddblock.WithSortKeyValue("slot-0")); return err },
 		"RetryPeriod":        func() error { _, err := s.Acquire(ctx, ddblock.WithRetryPeriod(0)); return err },
 		"attribute": func() error {
 			_, err := s.Acquire(ctx, ddblock.WithAdditionalAttributes(map[string]types.AttributeValue{"owner_name": &types.AttributeValueMemberS{Value: "x"}}))

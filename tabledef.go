@@ -41,19 +41,39 @@ type TableOptions struct {
 	// PollInterval is how often the table's status is read while waiting
 	// for it to become ACTIVE. Default 2 s, as Python.
 	PollInterval time.Duration
+	// SingleRegionWrites accepts a global table replicated with
+	// multi-Region eventual consistency (MREC), which [EnsureTable] and
+	// [Client.CheckTable] otherwise refuse with CodeTableUnsafe: in such
+	// a table, clients writing in two regions can both take the same
+	// lock. Set it only when every client of the table, of every service
+	// and language, takes and heartbeats its locks through one and the
+	// same region's replica (the others being read-only copies, or a
+	// failover made by hand once the old region's holders have stopped).
+	// Default false.
+	SingleRegionWrites bool
 }
 
 // TableOption changes one setting of [TableOptions].
 type TableOption func(*TableOptions)
 
-// WithTableNames sets the table's name and its key and TTL attribute
-// names from a client's options, so the table matches the client.
-func WithTableNames(o Options) TableOption {
+// WithNamesFromOptions sets the table's name, its key and TTL attribute
+// names and PartitionKeyOnly from a client's options, so that the table
+// matches the client: CreateTable(ctx, ddb,
+// WithNamesFromOptions(client.Options())). (The client option that sets
+// the table's name alone is [WithTableName].)
+func WithNamesFromOptions(o Options) TableOption {
 	return func(t *TableOptions) {
 		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
 			o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
 	}
 }
+
+// WithTableNames sets the table's name and its key and TTL attribute
+// names from a client's options.
+//
+// Deprecated: Use [WithNamesFromOptions], whose name cannot be mistaken
+// for the client option [WithTableName].
+func WithTableNames(o Options) TableOption { return WithNamesFromOptions(o) }
 
 // WithProvisionedCapacity sets [TableOptions.ReadCapacity] and
 // [TableOptions.WriteCapacity].
@@ -67,6 +87,12 @@ func WithOnDemand() TableOption { return func(t *TableOptions) { t.OnDemand = tr
 // WithPollInterval sets [TableOptions.PollInterval].
 func WithPollInterval(d time.Duration) TableOption {
 	return func(t *TableOptions) { t.PollInterval = d }
+}
+
+// WithSingleRegionWrites sets [TableOptions.SingleRegionWrites]: every
+// client writes through one region of a global table.
+func WithSingleRegionWrites() TableOption {
+	return func(t *TableOptions) { t.SingleRegionWrites = true }
 }
 
 func defaultTableOptions() TableOptions {
@@ -89,7 +115,7 @@ func (t *TableOptions) check() error {
 	if t.PartitionKeyOnly {
 		o.SortKeyName = ""
 	}
-	errs = append(errs, o.problems()...)
+	errs = append(errs, o.check(timingOrigins{})...)
 	if !t.OnDemand && (t.ReadCapacity <= 0 || t.WriteCapacity <= 0) {
 		errs = append(errs, invalidArg("Capacity", fmt.Sprintf("read and write capacity must be positive, got %d/%d", t.ReadCapacity, t.WriteCapacity)))
 	}
@@ -130,7 +156,7 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
 		return &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
 	}
-	if err := waitActive(ctx, api, t); err != nil {
+	if _, err := waitActive(ctx, api, t); err != nil {
 		return err
 	}
 	return enableTTL(ctx, api, t)
@@ -180,7 +206,7 @@ func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
 		}
 		return &Error{Code: CodeUnknown, Message: "enabling TTL on table " + t.TableName, Err: err}
 	}
-	if err := waitActive(ctx, api, t); err != nil {
+	if _, err := waitActive(ctx, api, t); err != nil {
 		return err
 	}
 	ttl, err := describeTTL(ctx, api, t)
@@ -225,23 +251,25 @@ func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, e
 	return s, nil
 }
 
-func waitActive(ctx context.Context, api TableAPI, t TableOptions) error {
+// waitActive waits for the table to be ACTIVE, and returns its
+// description then.
+func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.TableDescription, error) {
 	for {
 		out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
 		switch {
 		case err != nil && !isTableNotFound(err):
 			if ctx.Err() != nil {
-				return &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName, Err: context.Cause(ctx)}
+				return nil, &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName, Err: context.Cause(ctx)}
 			}
-			return &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+			return nil, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
 		case err == nil && out.Table != nil && out.Table.TableStatus == types.TableStatusActive:
-			return nil
+			return out.Table, nil
 		}
 		timer := time.NewTimer(t.PollInterval)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName + " to become ACTIVE", Err: context.Cause(ctx)}
+			return nil, &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName + " to become ACTIVE", Err: context.Cause(ctx)}
 		case <-timer.C:
 		}
 	}
@@ -276,10 +304,24 @@ type TableReport struct {
 	// ("" when TTL is off or unsupported). When it is not the TTL
 	// attribute the options name, EnsureTable returns CodeTableMismatch.
 	TTLAttribute string
-	// TTLUnsupported is true when the server does not implement TTL
-	// (some emulators): the table works, but DynamoDB will not delete
-	// abandoned lock items.
+	// TTLUnsupported is true when the table can have no TTL: the server
+	// does not implement it (some emulators), or the table is a global
+	// table with multi-Region strong consistency, which DynamoDB gives no
+	// TTL. The table works, but DynamoDB will not delete abandoned lock
+	// items.
 	TTLUnsupported bool
+	// Replicas lists the regions of a global table's replicas, as
+	// DescribeTable lists them; empty for a table of one region.
+	Replicas []string
+	// MultiRegionConsistency is a global table's consistency mode:
+	// EVENTUAL (MREC, the default, also when DescribeTable says none) or
+	// STRONG (MRSC); empty for a table of one region.
+	MultiRegionConsistency types.MultiRegionConsistency
+	// TransactionsUnsupported is true for a global table with
+	// multi-Region strong consistency, on which DynamoDB runs no
+	// transactions: [Lock.GuardedWrite] cannot work there. Locks
+	// themselves need no transactions.
+	TransactionsUnsupported bool
 }
 
 // EnsureTable makes sure the lock table is there and fits: it describes
@@ -293,7 +335,18 @@ type TableReport struct {
 // expiring) and is reported. A table that differs gives an error of
 // CodeTableMismatch saying what differs, with the report of what was
 // found. A server without TTL is reported ([TableReport.TTLUnsupported]),
-// not an error. It is idempotent: run it at every start.
+// not an error.
+//
+// A global table replicated with multi-Region eventual consistency (MREC)
+// is refused with CodeTableUnsafe, unless the options say that all
+// clients write through one region ([TableOptions.SingleRegionWrites]).
+// One with multi-Region strong consistency (MRSC) is accepted; DynamoDB
+// gives such a table no TTL, which EnsureTable then reports
+// ([TableReport.TTLUnsupported]) rather than trying to enable it, and no
+// transactions, which it reports too
+// ([TableReport.TransactionsUnsupported]: no guarded writes).
+//
+// It is idempotent: run it at every start.
 func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
 	if err := checkContext(ctx); err != nil {
 		return TableReport{}, err
@@ -313,8 +366,10 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 		return report, invalidArg("TableAPI", "must not be nil")
 	}
 	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+	existed := true
 	switch {
 	case isTableNotFound(err):
+		existed = false
 		if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
 			var inUse *types.ResourceInUseException
 			if !errors.As(err, &inUse) { // created meanwhile by someone else: fine
@@ -329,9 +384,26 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 		if err := t.matches(out.Table); err != nil {
 			return report, err
 		}
+		if err := t.checkReplication(out.Table, &report); err != nil {
+			return report, err
+		}
 	}
-	if err := waitActive(ctx, api, t); err != nil {
+	table, err := waitActive(ctx, api, t)
+	if err != nil {
 		return report, err
+	}
+	if !existed && !report.Created {
+		// Someone else created it meanwhile: check what they made.
+		if err := t.matches(table); err != nil {
+			return report, err
+		}
+		if err := t.checkReplication(table, &report); err != nil {
+			return report, err
+		}
+	}
+	if report.MultiRegionConsistency == types.MultiRegionConsistencyStrong {
+		report.TTLUnsupported = true
+		return report, nil
 	}
 	ttl, err := describeTTL(ctx, api, t)
 	if err != nil {
@@ -348,10 +420,7 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 		report.TTLEnabled = true
 		return report, nil
 	case ttl.on():
-		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
-			"table %s has TTL on %q, not on %q: lock items would never expire (DynamoDB allows one TTL attribute a table; "+
-				"use the table's, or disable TTL and enable it on %q, which DynamoDB may refuse for up to an hour after a change)",
-			t.TableName, ttl.attribute, t.TTLAttributeName, t.TTLAttributeName)}
+		return report, t.ttlElsewhere(ttl.attribute)
 	case ttl.status == types.TimeToLiveStatusDisabling:
 		return report, &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
 			"table %s: TTL is being disabled (on %q), and DynamoDB allows no change until that is done (up to an hour); run again then",
@@ -407,4 +476,137 @@ func (t TableOptions) matches(table *types.TableDescription) error {
 		return &Error{Code: CodeTableMismatch, Message: "table " + t.TableName + ": " + strings.Join(diffs, "; ")}
 	}
 	return nil
+}
+
+// ttlElsewhere is the error for a table whose TTL is on another attribute
+// than the options name.
+func (t TableOptions) ttlElsewhere(attribute string) error {
+	return &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
+		"table %s has TTL on %q, not on %q: lock items would never expire (DynamoDB allows one TTL attribute a table; "+
+			"use the table's, or disable TTL and enable it on %q, which DynamoDB may refuse for up to an hour after a change)",
+		t.TableName, attribute, t.TTLAttributeName, t.TTLAttributeName)}
+}
+
+// legacyGlobalTables is the version DescribeTable gives a table of the
+// first global tables (2017), always replicated with eventual
+// consistency, whose replicas it does not list.
+const legacyGlobalTables = "2017.11.29"
+
+// checkReplication refuses a global table replicated with eventual
+// consistency (MREC), unless the options say that every client writes
+// through one region, and notes in the report what replication the table
+// has.
+//
+// In an MREC table each region's replica takes writes on its own, and
+// copies them to the others afterwards (usually within a second), the
+// last writer winning. A conditional write is checked against its own
+// region's copy only: two clients writing through two regions can each
+// find a lock free, or each take over the same stale lock, and both go
+// on believing they hold it. In an MRSC table a write is acknowledged
+// only once replicated, and conditions see every region's writes: the
+// table behaves as one.
+func (t TableOptions) checkReplication(table *types.TableDescription, report *TableReport) error {
+	report.Replicas, report.TransactionsUnsupported = nil, false
+	for _, r := range table.Replicas {
+		report.Replicas = append(report.Replicas, aws.ToString(r.RegionName))
+	}
+	legacy := aws.ToString(table.GlobalTableVersion) == legacyGlobalTables
+	if len(report.Replicas) == 0 && !legacy {
+		report.MultiRegionConsistency = ""
+		return nil
+	}
+	report.MultiRegionConsistency = table.MultiRegionConsistency
+	if report.MultiRegionConsistency == "" {
+		report.MultiRegionConsistency = types.MultiRegionConsistencyEventual
+	}
+	if report.MultiRegionConsistency == types.MultiRegionConsistencyStrong {
+		report.TransactionsUnsupported = true
+		return nil
+	}
+	if t.SingleRegionWrites {
+		return nil
+	}
+	where := "replicas in " + strings.Join(report.Replicas, ", ")
+	if len(report.Replicas) == 0 {
+		where = "global tables version " + legacyGlobalTables
+	}
+	return &Error{Code: CodeTableUnsafe, Message: fmt.Sprintf(
+		"table %s is a global table with multi-Region eventual consistency (%s; consistency %s): "+
+			"clients writing through two regions can both take the same lock, each region's conditional writes "+
+			"seeing only its own copy until replication catches up. Use a table in one region, or a global table "+
+			"with multi-Region strong consistency (MultiRegionConsistency STRONG); or, if every client of the table "+
+			"writes through one and the same region, say so with WithSingleRegionWrites",
+		t.TableName, where, report.MultiRegionConsistency)}
+}
+
+// CheckTable checks, without changing anything, that the client's table
+// can hold its locks: it is New's optional table check, to run once after
+// [New], before the client's first lock. It describes the table with api
+// (which may be the client's *dynamodb.Client) and reports what it finds
+// as [EnsureTable] does: CodeTableNotFound when the table is missing;
+// CodeTableMismatch when its keys are not the client's, or its TTL is on
+// another attribute than [Options.TTLAttributeName]; CodeTableUnsafe for
+// a global table with multi-Region eventual consistency, unless opts
+// include [WithSingleRegionWrites]. TTL that is off is reported
+// ([TableReport.TTLEnabled] false), not an error, and not turned on: use
+// EnsureTable for that. The table and its names are the client's: of the
+// table options, only SingleRegionWrites applies.
+func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableReport, error) {
+	var report TableReport
+	if err := checkContext(ctx); err != nil {
+		return report, err
+	}
+	if api == nil || isNilTableAPI(api) {
+		return report, invalidArg("TableAPI", "must not be nil")
+	}
+	t := defaultTableOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&t)
+		}
+	}
+	o := c.opts
+	t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
+		o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
+	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+	switch {
+	case isTableNotFound(err):
+		return report, &Error{Code: CodeTableNotFound, Message: "table " + t.TableName +
+			" does not exist (create it with EnsureTable or CreateTable)", Err: err}
+	case err != nil:
+		if ctx.Err() != nil {
+			return report, &Error{Code: CodeCanceled, Message: "describing table " + t.TableName, Err: context.Cause(ctx)}
+		}
+		return report, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+	}
+	if err := t.matches(out.Table); err != nil {
+		return report, err
+	}
+	if err := t.checkReplication(out.Table, &report); err != nil {
+		return report, err
+	}
+	if report.MultiRegionConsistency == types.MultiRegionConsistencyStrong {
+		report.TTLUnsupported = true
+		return report, nil
+	}
+	ttl, err := describeTTL(ctx, api, t)
+	if err != nil {
+		return report, err
+	}
+	switch {
+	case ttl.unsupported:
+		report.TTLUnsupported = true
+	case ttl.on() && ttl.attribute != t.TTLAttributeName:
+		report.TTLAttribute = ttl.attribute
+		return report, t.ttlElsewhere(ttl.attribute)
+	case ttl.on():
+		report.TTLEnabled, report.TTLAttribute = true, ttl.attribute
+	}
+	return report, nil
+}
+
+// isNilTableAPI catches a nil *dynamodb.Client inside the interface.
+func isNilTableAPI(api TableAPI) bool {
+	c, ok := api.(*dynamodb.Client)
+	return ok && c == nil
 }

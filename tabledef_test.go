@@ -24,7 +24,7 @@ func TestCreateTableTTL(t *testing.T) {
 	ddb := srv.Client(0)
 	ctx := context.Background()
 	name := ddbtest.TableName(t)
-	err := ddblock.CreateTable(ctx, ddb, ddblock.WithTableNames(ddblock.Options{
+	err := ddblock.CreateTable(ctx, ddb, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName: name, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time",
 	}), ddblock.WithPollInterval(10*time.Millisecond))
 	if srv.HasTTL() {
@@ -171,7 +171,7 @@ func TestEnsureTableTTL(t *testing.T) {
 func TestCreateTableErrors(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	err := ddblock.CreateTable(ctx, e.ddb, ddblock.WithTableNames(ddblock.Options{
+	err := ddblock.CreateTable(ctx, e.ddb, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName: e.table, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time",
 	}))
 	var inUse *types.ResourceInUseException
@@ -179,7 +179,7 @@ func TestCreateTableErrors(t *testing.T) {
 		t.Errorf("creating an existing table: %v; want the AWS ResourceInUseException reachable", err)
 	}
 	err = ddblock.CreateTable(ctx, e.ddb, ddblock.WithProvisionedCapacity(0, 5), ddblock.WithPollInterval(0),
-		ddblock.WithTableNames(ddblock.Options{TableName: "x", PartitionKeyName: "a", SortKeyName: "a", TTLAttributeName: "t"}))
+		ddblock.WithNamesFromOptions(ddblock.Options{TableName: "x", PartitionKeyName: "a", SortKeyName: "a", TTLAttributeName: "t"}))
 	var lerr *ddblock.Error
 	if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &lerr) {
 		t.Fatalf("bad table options: %v", err)
@@ -203,4 +203,228 @@ func containsSetting(err error, setting string) bool {
 		}
 	}
 	return false
+}
+
+// stubTable is a TableAPI whose DescribeTable describes an ACTIVE lock
+// table with ddblock's default names and the given replication, and whose
+// DescribeTimeToLive says TTL is on expiry_time. It records every call
+// but DescribeTable, and refuses every change: the global-table checks
+// are pure logic, since neither local server has global tables.
+type stubTable struct {
+	desc  types.TableDescription
+	calls []string
+}
+
+func newStubTable(change func(*types.TableDescription)) *stubTable {
+	s := &stubTable{desc: types.TableDescription{
+		TableName:   aws.String("locks"),
+		TableStatus: types.TableStatusActive,
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("lock_key"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sort_key"), KeyType: types.KeyTypeRange},
+		},
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("lock_key"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sort_key"), AttributeType: types.ScalarAttributeTypeS},
+		},
+	}}
+	if change != nil {
+		change(&s.desc)
+	}
+	return s
+}
+
+var errStubChange = errors.New("stubTable: no changes")
+
+func (s *stubTable) DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	d := s.desc
+	return &dynamodb.DescribeTableOutput{Table: &d}, nil
+}
+
+func (s *stubTable) CreateTable(context.Context, *dynamodb.CreateTableInput, ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error) {
+	s.calls = append(s.calls, "CreateTable")
+	return nil, errStubChange
+}
+
+func (s *stubTable) UpdateTimeToLive(context.Context, *dynamodb.UpdateTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error) {
+	s.calls = append(s.calls, "UpdateTimeToLive")
+	return nil, errStubChange
+}
+
+func (s *stubTable) DescribeTimeToLive(context.Context, *dynamodb.DescribeTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error) {
+	s.calls = append(s.calls, "DescribeTimeToLive")
+	return &dynamodb.DescribeTimeToLiveOutput{TimeToLiveDescription: &types.TimeToLiveDescription{
+		AttributeName: aws.String("expiry_time"), TimeToLiveStatus: types.TimeToLiveStatusEnabled,
+	}}, nil
+}
+
+func replicas(regions ...string) []types.ReplicaDescription {
+	var out []types.ReplicaDescription
+	for _, r := range regions {
+		out = append(out, types.ReplicaDescription{RegionName: aws.String(r), ReplicaStatus: types.ReplicaStatusActive})
+	}
+	return out
+}
+
+// A global table replicated with eventual consistency (MREC) is refused
+// by EnsureTable and Client.CheckTable, with TABLE_UNSAFE, unless the
+// options say every client writes through one region; one with strong
+// consistency (MRSC) is accepted, its missing TTL reported, not tried, and
+// its missing transactions reported.
+func TestTableGlobalReplication(t *testing.T) {
+	ctx := context.Background()
+	// The client is never used to call DynamoDB: only its names are.
+	c, err := ddblock.New(dynamodb.New(dynamodb.Options{Region: "us-east-1"}), ddblock.WithTableName("locks"),
+		ddblock.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx, false)
+	ttlOn := ddblock.TableReport{TTLEnabled: true, TTLAttribute: "expiry_time"}
+	mrec := replicas("us-east-1", "eu-west-1")
+	cases := []struct {
+		name       string
+		table      func(*types.TableDescription)
+		singleOK   bool         // WithSingleRegionWrites
+		wantCode   ddblock.Code // "" for no error
+		wantInMsg  []string
+		wantReport ddblock.TableReport
+		wantCalls  []string
+	}{
+		{
+			name:       "one region",
+			wantReport: ttlOn,
+			wantCalls:  []string{"DescribeTimeToLive"},
+		},
+		{
+			name: "MREC",
+			table: func(d *types.TableDescription) {
+				d.Replicas, d.MultiRegionConsistency = mrec, types.MultiRegionConsistencyEventual
+			},
+			wantCode:  ddblock.CodeTableUnsafe,
+			wantInMsg: []string{"table locks is a global table with multi-Region eventual consistency", "us-east-1, eu-west-1", "WithSingleRegionWrites"},
+			wantReport: ddblock.TableReport{Replicas: []string{"us-east-1", "eu-west-1"},
+				MultiRegionConsistency: types.MultiRegionConsistencyEventual},
+		},
+		{
+			name:      "MREC by default",
+			table:     func(d *types.TableDescription) { d.Replicas = mrec },
+			wantCode:  ddblock.CodeTableUnsafe,
+			wantInMsg: []string{"consistency EVENTUAL"},
+			wantReport: ddblock.TableReport{Replicas: []string{"us-east-1", "eu-west-1"},
+				MultiRegionConsistency: types.MultiRegionConsistencyEventual},
+		},
+		{
+			name:       "legacy global table",
+			table:      func(d *types.TableDescription) { d.GlobalTableVersion = aws.String("2017.11.29") },
+			wantCode:   ddblock.CodeTableUnsafe,
+			wantInMsg:  []string{"global tables version 2017.11.29"},
+			wantReport: ddblock.TableReport{MultiRegionConsistency: types.MultiRegionConsistencyEventual},
+		},
+		{
+			name:       "replicas removed",
+			table:      func(d *types.TableDescription) { d.GlobalTableVersion = aws.String("2019.11.21") },
+			wantReport: ttlOn,
+			wantCalls:  []string{"DescribeTimeToLive"},
+		},
+		{
+			name:     "MREC, single-region writes",
+			table:    func(d *types.TableDescription) { d.Replicas = mrec },
+			singleOK: true,
+			wantReport: ddblock.TableReport{TTLEnabled: true, TTLAttribute: "expiry_time",
+				Replicas: []string{"us-east-1", "eu-west-1"}, MultiRegionConsistency: types.MultiRegionConsistencyEventual},
+			wantCalls: []string{"DescribeTimeToLive"},
+		},
+		{
+			name: "MRSC",
+			table: func(d *types.TableDescription) {
+				d.Replicas, d.MultiRegionConsistency = replicas("us-east-1", "us-east-2"), types.MultiRegionConsistencyStrong
+			},
+			wantReport: ddblock.TableReport{TTLUnsupported: true, TransactionsUnsupported: true,
+				Replicas: []string{"us-east-1", "us-east-2"}, MultiRegionConsistency: types.MultiRegionConsistencyStrong},
+		},
+		{
+			name: "MREC with other keys",
+			table: func(d *types.TableDescription) {
+				d.Replicas = mrec
+				d.KeySchema = d.KeySchema[:1]
+			},
+			wantCode:  ddblock.CodeTableMismatch,
+			wantInMsg: []string{"has no sort key"},
+		},
+	}
+	for _, tc := range cases {
+		for _, how := range []string{"EnsureTable", "CheckTable"} {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				stub := newStubTable(tc.table)
+				var opts []ddblock.TableOption
+				if tc.singleOK {
+					opts = append(opts, ddblock.WithSingleRegionWrites())
+				}
+				var report ddblock.TableReport
+				var err error
+				if how == "EnsureTable" {
+					opts = append(opts, ddblock.WithPollInterval(time.Millisecond),
+						func(o *ddblock.TableOptions) { o.TableName = "locks" })
+					report, err = ddblock.EnsureTable(ctx, stub, opts...)
+				} else {
+					report, err = c.CheckTable(ctx, stub, opts...)
+				}
+				if got := ddblock.CodeOf(err); got != tc.wantCode {
+					t.Fatalf("err = %v; want code %q", err, tc.wantCode)
+				}
+				if tc.wantCode == ddblock.CodeTableUnsafe && !errors.Is(err, ddblock.ErrTableUnsafe) {
+					t.Errorf("errors.Is(%v, ErrTableUnsafe) = false", err)
+				}
+				for _, want := range tc.wantInMsg {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("err = %v; want it to say %q", err, want)
+					}
+				}
+				if diff := cmp.Diff(tc.wantReport, report); diff != "" {
+					t.Errorf("report (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(tc.wantCalls, stub.calls); diff != "" {
+					t.Errorf("calls besides DescribeTable (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// Client.CheckTable on the real server: the client's table as
+// ddbtest.CreateTable made it passes, with TTL as the server has it; a
+// missing table, other keys and a nil API are refused with their codes;
+// nothing is changed.
+func TestCheckTable(t *testing.T) {
+	e := newEnv(t)
+	srv := ddbtest.Shared(t)
+	ctx := context.Background()
+	report, err := e.client().CheckTable(ctx, e.ddb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ddblock.TableReport{} // dynalite: DescribeTimeToLive says DISABLED
+	if srv.HasTTL() {
+		want = ddblock.TableReport{TTLEnabled: true, TTLAttribute: ddblock.DefaultTTLAttributeName}
+	}
+	if diff := cmp.Diff(want, report); diff != "" {
+		t.Errorf("report on %s (-want +got):\n%s", srv.Name(), diff)
+	}
+
+	missing := e.client(ddblock.WithTableName(ddbtest.TableName(t)))
+	if _, err := missing.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.ErrTableNotFound) {
+		t.Errorf("missing table: %v; want TABLE_NOT_FOUND", err)
+	}
+	otherKeys := e.client(ddblock.WithSortKeyName("range_key"))
+	if _, err := otherKeys.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.ErrTableMismatch) ||
+		!strings.Contains(err.Error(), `sort key is "sort_key", want "range_key"`) {
+		t.Errorf("other sort key: %v; want TABLE_MISMATCH naming both", err)
+	}
+	if _, err := e.client().CheckTable(ctx, nil); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		t.Errorf("nil API: %v; want INVALID_ARGUMENT", err)
+	}
+	if _, err := e.client().CheckTable(ctx, (*dynamodb.Client)(nil)); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		t.Errorf("nil *dynamodb.Client: %v; want INVALID_ARGUMENT", err)
+	}
 }

@@ -300,6 +300,14 @@ func (f *fleet) checkRead(s side, owner string, attrs map[string]types.Attribute
 	if gotOwner != owner {
 		f.t.Errorf("%s reads %s's lock as owned by %q, want %q", s, holderName, gotOwner, owner)
 	}
+	if s == pySide {
+		// Each side reads the other's lock: Python reads ddblock's
+		// ddblock_tenure as one more additional attribute.
+		if v, ok := gotAttrs["ddblock_tenure"].(*types.AttributeValueMemberS); !ok || v.Value == "" {
+			f.t.Errorf("%s reads %s's ddblock_tenure as %v; want the tenure, a string", s, holderName, gotAttrs["ddblock_tenure"])
+		}
+		delete(gotAttrs, "ddblock_tenure")
+	}
 	if diff := cmp.Diff(attrs, gotAttrs, attrOpts); diff != "" {
 		f.t.Errorf("%s reads %s's additional attributes (-written +read):\n%s", s, holderName, diff)
 	}
@@ -436,7 +444,7 @@ func (g *goContender) acquiredAt() time.Time { return g.tap.acquiredAt() }
 func (g *goContender) heartbeats() int       { return g.tap.heartbeats() }
 
 func (g *goContender) acquire(ctx context.Context, pk, sk string, attrs map[string]types.AttributeValue) (holding, error) {
-	l, err := g.c.AcquireLock(ctx, pk, ddblock.WithSortKey(sk), ddblock.WithAdditionalAttributes(attrs), ddblock.WithRetryTimeout(waitLimit))
+	l, err := g.c.AcquireLock(ctx, pk, ddblock.WithSortKeyValue(sk), ddblock.WithAdditionalAttributes(attrs), ddblock.WithRetryTimeout(waitLimit))
 	if err != nil {
 		return nil, err
 	}

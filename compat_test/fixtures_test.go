@@ -552,7 +552,7 @@ func TestGetLock(t *testing.T) {
 
 	t.Run("held by another Go client", func(t *testing.T) {
 		holder := newGoClient(t, ddb, n, ddblock.WithOwnerName("go-holder"))
-		lock, err := holder.AcquireLock(ctx, "go-held", ddblock.WithSortKey("shard-1"))
+		lock, err := holder.AcquireLock(ctx, "go-held", ddblock.WithSortKeyValue("shard-1"))
 		if err != nil {
 			t.Fatalf("AcquireLock: %v", err)
 		}

@@ -79,7 +79,7 @@ func server(t *testing.T) *dynamodb.Client {
 func createTable(t *testing.T, ddb *dynamodb.Client, n names) {
 	t.Helper()
 	ddbtest.CreateTable(t, ddb, n.Table,
-		ddblock.WithTableNames(ddblock.Options{TableName: n.Table, PartitionKeyName: n.PK, SortKeyName: n.SK, TTLAttributeName: n.TTL}))
+		ddblock.WithNamesFromOptions(ddblock.Options{TableName: n.Table, PartitionKeyName: n.PK, SortKeyName: n.SK, TTLAttributeName: n.TTL}))
 }
 
 // newGoClient returns a Go client on the table, closed when the test ends.

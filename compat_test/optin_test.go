@@ -74,7 +74,7 @@ func TestFencingTokensAcrossPython(t *testing.T) {
 	if err != nil || seen == nil {
 		t.Fatalf("Python reads the Go item: %+v, %v", seen, err)
 	}
-	if diff := cmp.Diff([]string{"ddblock_fencing_token"}, sortedKeys(seen.AdditionalAttributes)); diff != "" {
+	if diff := cmp.Diff([]string{"ddblock_fencing_token", "ddblock_tenure"}, sortedKeys(seen.AdditionalAttributes)); diff != "" {
 		t.Errorf("Python's additional attributes of a Go item with a token (-want +got):\n%s", diff)
 	}
 

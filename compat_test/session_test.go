@@ -94,6 +94,7 @@ func sessionLockItem(n names, l *ddblock.Lock, extra map[string]types.AttributeV
 		n.TTL:                   &types.AttributeValueMemberN{Value: strconv.FormatInt(l.ExpiryTime().Unix(), 10)},
 		"ddblock_session":       &types.AttributeValueMemberS{Value: l.SessionKey()},
 		"ddblock_session_lease": &types.AttributeValueMemberN{Value: "2"},
+		"ddblock_tenure":        &types.AttributeValueMemberS{Value: l.Tenure()},
 	}
 	for k, v := range extra {
 		item[k] = v
@@ -167,6 +168,7 @@ func TestPythonWaitsOnLiveSessionLock(t *testing.T) {
 			"job":                   job["job"],
 			"ddblock_session":       &types.AttributeValueMemberS{Value: l.SessionKey()},
 			"ddblock_session_lease": &types.AttributeValueMemberN{Value: "2"},
+			"ddblock_tenure":        &types.AttributeValueMemberS{Value: l.Tenure()},
 		},
 		UniqueIdentifier: "nightly-settlement|-",
 	}

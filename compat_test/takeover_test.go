@@ -94,7 +94,7 @@ func startWaiter(t *testing.T, clk *stepClock, ddb *tapDDB, n names, pk, sk stri
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() {
-		l, err := c.AcquireLock(ctx, pk, ddblock.WithSortKey(sk), ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(timeout))
+		l, err := c.AcquireLock(ctx, pk, ddblock.WithSortKeyValue(sk), ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(timeout))
 		w.res <- acquireResult{l, err}
 	}()
 	if w.settle() {

@@ -19,9 +19,20 @@ import (
 // writes when it acquires and when it heartbeats, and hold them against
 // the items Python writes (the fixtures): the same attribute names with
 // the same DynamoDB types, values in Python's formats, and nothing more.
-// ddblock adds no attribute of its own to the item; if it ever does,
-// doc/migrating-from-python.md must say what a Python client does with
-// it, and wantShape below must list it.
+// ddblock adds one attribute of its own to every item it writes,
+// ddblock_tenure (a string naming the acquisition, for guarded writes):
+// doc/migrating-from-python.md says what a Python client does with it
+// (keeps it through its heartbeats, reads it as an additional attribute,
+// drops it when it overwrites the item), and goShape below lists it. Any
+// other attribute added must be listed there too.
+
+// goShape is the shape of the item ddblock writes where Python writes
+// fixture: the same, plus ddblock_tenure.
+func goShape(fixture map[string]types.AttributeValue) map[string]string {
+	want := shape(fixture)
+	want["ddblock_tenure"] = "S"
+	return want
+}
 
 // goOwnerRE is the Go client's default owner name: os.Hostname()
 // immediately followed by 32 hex digits — Python's format, with the host
@@ -38,8 +49,8 @@ func goOwnerRE(t *testing.T) *regexp.Regexp {
 // fixture it mirrors, and the values with Python's formats.
 func checkGoItem(t *testing.T, fixture, got map[string]types.AttributeValue, n names, before, after time.Time) {
 	t.Helper()
-	if diff := cmp.Diff(shape(fixture), shape(got)); diff != "" {
-		t.Errorf("attribute names and types (-Python's +Go's):\n%s", diff)
+	if diff := cmp.Diff(goShape(fixture), shape(got)); diff != "" {
+		t.Errorf("attribute names and types (-Python's and ddblock_tenure +Go's):\n%s", diff)
 	}
 	if v, ok := got["owner_name"].(*types.AttributeValueMemberS); !ok || !goOwnerRE(t).MatchString(v.Value) {
 		t.Errorf("owner_name = %v, want the host name followed by 32 hex digits", got["owner_name"])
@@ -83,7 +94,7 @@ func TestGoWritesPythonItems(t *testing.T) {
 			createTable(t, ddb, n)
 			c := newGoClient(t, ddb, n)
 			before := time.Now()
-			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKey(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
+			lock, err := c.AcquireLock(context.Background(), "go-written", ddblock.WithSortKeyValue(tc.sortKey), ddblock.WithAdditionalAttributes(tc.attrs))
 			after := time.Now()
 			if err != nil {
 				t.Fatalf("AcquireLock: %v", err)
@@ -129,7 +140,7 @@ func TestGoHeartbeatKeepsPythonItem(t *testing.T) {
 	n := defaultNames(t)
 	createTable(t, ddb, n)
 	tap := updateTap{DynamoDBAPI: ddb, done: make(chan error, 64)}
-	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond))
+	c := newGoClient(t, tap, n, ddblock.WithHeartbeatPeriod(50*time.Millisecond), ddblock.WithLeaseDuration(ddblock.DefaultLeaseDuration))
 	if _, err := c.AcquireLock(context.Background(), "go-heartbeat", ddblock.WithAdditionalAttributes(allTypesAttributes())); err != nil {
 		t.Fatalf("AcquireLock: %v", err)
 	}

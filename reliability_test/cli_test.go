@@ -485,7 +485,7 @@ func (c *cliChaos) checkKeysFree(maxToken map[string]int64) {
 			sortKeys[fmt.Sprintf("%s/slot-%d", key, i)] = fmt.Sprintf("slot-%d", i)
 		}
 		for logKey, sk := range sortKeys {
-			lock, err := fresh.AcquireLock(ctx, key, ddblock.WithSortKey(sk),
+			lock, err := fresh.AcquireLock(ctx, key, ddblock.WithSortKeyValue(sk),
 				ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
 			if err != nil {
 				c.t.Errorf("after the run, %s could not be acquired: %v", logKey, err)

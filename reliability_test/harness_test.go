@@ -510,7 +510,7 @@ func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
 	}
 	for _, lk := range c.lockKeys() {
 		key := lk.log
-		lock, err := fresh.AcquireLock(ctx, lk.pk, ddblock.WithSortKey(lk.sk), ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
+		lock, err := fresh.AcquireLock(ctx, lk.pk, ddblock.WithSortKeyValue(lk.sk), ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
 		if err != nil {
 			t.Errorf("after the run, %s could not be acquired: %v", key, err)
 			continue

@@ -153,7 +153,7 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 					t.Fatalf("a third asking for 3 slots: %v; want SEMAPHORE_MISMATCH", err)
 				}
 			} else {
-				lock, err := x.AcquireLock(ctx, "s", ddblock.WithSortKey("slot-2"))
+				lock, err := x.AcquireLock(ctx, "s", ddblock.WithSortKeyValue("slot-2"))
 				if err != nil {
 					t.Fatal(err)
 				}

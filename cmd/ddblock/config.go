@@ -79,11 +79,14 @@ func (c *connFlags) names() []ddblock.Option {
 	opts := []ddblock.Option{
 		ddblock.WithTableName(c.table),
 		ddblock.WithPartitionKeyName(c.pkName),
-		ddblock.WithSortKeyName(c.skName),
 		ddblock.WithTTLAttributeName(c.ttlName),
 	}
+	// The library refuses a sort key name on a partition-key-only table
+	// (check has refused --sort-key-name with --partition-key-only).
 	if c.pkOnly {
 		opts = append(opts, ddblock.WithPartitionKeyOnly())
+	} else {
+		opts = append(opts, ddblock.WithSortKeyName(c.skName))
 	}
 	return opts
 }
@@ -254,9 +257,10 @@ func libError(err error, table string) error {
 	case ddblock.CodeInvalidArgument:
 		// Settings or arguments that cannot work.
 		return fail(exitUsage, "%v", err)
-	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch:
-		// The table exists, but not as configured; or a semaphore has
-		// another number of slots than the one given.
+	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch, ddblock.CodeTableUnsafe:
+		// The table exists, but not as configured (or is an unsafe
+		// global table); or a semaphore has another number of slots
+		// than the one given.
 		return fail(exitConfig, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)

@@ -76,7 +76,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		return err
 	}
 	opts := []ddblock.TableOption{
-		ddblock.WithTableNames(conn.tableNames()),
+		ddblock.WithNamesFromOptions(conn.tableNames()),
 		ddblock.WithPollInterval(poll),
 	}
 	billing := "on-demand"

@@ -118,7 +118,7 @@ func (d *demo) heading(format string, args ...any) {
 func (d *demo) run(ctx context.Context, endpoint string) error {
 	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := ddblock.CreateTable(ctx2, d.ddb, ddblock.WithTableNames(ddblock.Options{
+	err := ddblock.CreateTable(ctx2, d.ddb, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName:        d.table,
 		PartitionKeyName: ddblock.DefaultPartitionKeyName,
 		SortKeyName:      ddblock.DefaultSortKeyName,

@@ -77,7 +77,7 @@ func TestKeyChecksAgreeWithLibrary(t *testing.T) {
 	for _, k := range keys {
 		for _, s := range sortKeys {
 			_, cliErr := conn.lockKey(k, s)
-			lock, libErr := c.TryAcquireLock(context.Background(), k, ddblock.WithSortKey(s))
+			lock, libErr := c.TryAcquireLock(context.Background(), k, ddblock.WithSortKeyValue(s))
 			if lock != nil {
 				if err := lock.Release(context.Background()); err != nil {
 					t.Fatal(err)
@@ -105,7 +105,7 @@ func TestKeyChecksAgreeWithLibrary(t *testing.T) {
 func TestExitStatusOfATableWithOtherKeys(t *testing.T) {
 	f := newFixture(t)
 	other := f.table + "_other_keys"
-	ddbtest.CreateTable(t, sdk, other, ddblock.WithTableNames(ddblock.Options{
+	ddbtest.CreateTable(t, sdk, other, ddblock.WithNamesFromOptions(ddblock.Options{
 		TableName: other, PartitionKeyName: "id", SortKeyName: "range", TTLAttributeName: "ttl",
 	}))
 	f.table = other

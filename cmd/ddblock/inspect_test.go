@@ -36,7 +36,7 @@ func TestLsAndGet(t *testing.T) {
 		"host":  &types.AttributeValueMemberS{Value: "web-1"},
 		"tries": &types.AttributeValueMemberN{Value: "3"},
 	}))
-	f.acquire("bob", "job-2", ddblock.WithSortKey("eu"))
+	f.acquire("bob", "job-2", ddblock.WithSortKeyValue("eu"))
 
 	// These holders write no heartbeat stamp, and plain ls reads once.
 	unknown := holderJSON{State: holderUnknown, Detail: "no heartbeat stamp; ls --watch tells"}
@@ -165,7 +165,7 @@ func TestReleaseForce(t *testing.T) {
 		t.Errorf("the lock is still there: %+v", info)
 	}
 
-	f.acquire("other", "job2", ddblock.WithSortKey("s"))
+	f.acquire("other", "job2", ddblock.WithSortKeyValue("s"))
 	if r := f.run("release", "job2", "--sort-key", "s", "--force"); r.code != 0 {
 		t.Errorf("release --force --sort-key: %v", r)
 	}

@@ -107,18 +107,17 @@ type timing struct {
 	lease, heartbeat, safe, grace time.Duration
 }
 
-// runTiming derives the unset durations (zero) from the lease and checks
-// that the whole can keep the command safe.
+// runTiming derives the unset durations (zero) from the lease, by
+// ddblock.Timing.Derive as a library client does, and checks that the
+// whole can keep the command safe.
 func runTiming(lease, heartbeat, safe, grace time.Duration, graceSet bool) (timing, error) {
 	if lease <= 0 {
 		return timing{}, usageError("--lease must be positive, got %v", lease)
 	}
-	if heartbeat == 0 {
-		heartbeat = lease / 6
-	}
-	if safe == 0 {
-		safe = lease * 2 / 3
-	}
+	// The library's rule, so that a run and a client given the same lease
+	// agree: a sixth and two thirds of it.
+	derived := ddblock.Timing{LeaseDuration: lease, HeartbeatPeriod: heartbeat, SafePeriod: safe}.Derive()
+	heartbeat, safe = derived.HeartbeatPeriod, derived.SafePeriod
 	switch {
 	case heartbeat <= 0:
 		return timing{}, usageError("--heartbeat must be positive, got %v", heartbeat)
@@ -329,7 +328,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		if r.sem != nil {
 			return r.sem.Acquire(ctx, opts...)
 		}
-		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKey(r.sortKey))...)
+		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
 	}
 	name := r.name()
 	lock, err := take(0)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -66,6 +67,26 @@ func TestRunTiming(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRunTimingIsTheLibrarys: a run and a library client given only a
+// lease derive the same heartbeat period and safe period.
+func TestRunTimingIsTheLibrarys(t *testing.T) {
+	for _, lease := range []time.Duration{time.Second, 7 * time.Second, 30 * time.Second, 2 * time.Hour} {
+		got, err := runTiming(lease, 0, 0, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ddblock.New(dynamodb.New(dynamodb.Options{Region: "us-east-1"}), ddblock.WithLeaseDuration(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := c.Options()
+		_ = c.Close(t.Context(), false)
+		if got.heartbeat != o.HeartbeatPeriod || got.safe != o.SafePeriod {
+			t.Errorf("lease %v: run derives heartbeat %v, safe %v; the library %v, %v", lease, got.heartbeat, got.safe, o.HeartbeatPeriod, o.SafePeriod)
+		}
 	}
 }
 

@@ -62,8 +62,8 @@ func Start() (*Server, error) {
 // what it does, for a test binary's log.
 func Describe(s *Server) string {
 	yes := map[bool]string{true: "yes", false: "no"}
-	return fmt.Sprintf("ddbtest: testing against %s (returns the old item on a failed condition: %s; TTL: %s)",
-		s, yes[s.ReturnsOldItem()], yes[s.HasTTL()])
+	return fmt.Sprintf("ddbtest: testing against %s (returns the old item on a failed condition: %s; TTL: %s; transactions: %s)",
+		s, yes[s.ReturnsOldItem()], yes[s.HasTTL()], yes[s.HasTransactions()])
 }
 
 // NewClient returns an SDK client for endpoint; see testserver.NewClient.
@@ -112,6 +112,7 @@ func Main(m interface{ Run() int }) {
 	sharedMu.Lock()
 	s := shared
 	sharedMu.Unlock()
+	stopTransactional(s)
 	s.Stop()
 	os.Exit(code)
 }
@@ -157,7 +158,7 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	all := append([]ddblock.TableOption{
-		ddblock.WithTableNames(ddblock.Options{
+		ddblock.WithNamesFromOptions(ddblock.Options{
 			TableName:        name,
 			PartitionKeyName: ddblock.DefaultPartitionKeyName,
 			SortKeyName:      ddblock.DefaultSortKeyName,
@@ -174,5 +175,41 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 		}
 	case !errors.Is(err, ddblock.ErrTTLUnsupported):
 		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, srv.Name(), err)
+	}
+}
+
+var (
+	transactionalOnce sync.Once
+	transactional     *Server
+	transactionalErr  error
+)
+
+// Transactional returns a server with transactions: the shared one where
+// it has them, else a DynamoDB Local started once for the binary and
+// stopped by Main. The runnable examples of guarded writes use it, so
+// that their output is the same in every pass of the suite.
+func Transactional() (*Server, error) {
+	if s, err := Get(); err == nil && s.HasTransactions() {
+		return s, nil
+	}
+	transactionalOnce.Do(func() {
+		s, err := testserver.Start(testserver.DynamoDBLocal)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if _, err = s.Probe(ctx); err != nil {
+				s.Stop()
+			}
+		}
+		transactional, transactionalErr = s, err
+	})
+	return transactional, transactionalErr
+}
+
+// stopTransactional stops the server Transactional started, if any and
+// if it is not the shared one.
+func stopTransactional(shared *Server) {
+	if transactional != nil && transactional != shared {
+		transactional.Stop()
 	}
 }

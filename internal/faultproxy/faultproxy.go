@@ -18,6 +18,7 @@ package faultproxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,13 @@ const (
 	// closes the client's connection instead of returning the response:
 	// the write happened, but its sender cannot know.
 	DropReply Kind = "drop-reply"
+	// TransactionConflict answers a TransactWriteItems with HTTP 400 and
+	// the TransactionCanceledException DynamoDB sends when another
+	// transaction or write was under way on one of its items: a reason
+	// per action, TransactionConflict for the last one and None for the
+	// others. Nothing is forwarded. DynamoDB Local never raises it by
+	// itself. Not in Kinds: it applies to transactions only.
+	TransactionConflict Kind = "transaction-conflict"
 )
 
 // Kinds lists every kind, in a stable order.
@@ -102,6 +110,7 @@ func (r Rule) check() error {
 	for _, k := range Kinds {
 		known = known || r.Kind == k
 	}
+	known = known || r.Kind == TransactionConflict
 	if !known {
 		errs = append(errs, fmt.Errorf("faultproxy: unknown fault kind %q", r.Kind))
 	}
@@ -445,7 +454,35 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	case DropReply:
 		p.forward(w, r, body, false)
 		hangUp(w)
+	case TransactionConflict:
+		writeConflict(w, body)
 	}
+}
+
+// writeConflict answers a transaction as cancelled by a conflict on its
+// last action, with DynamoDB's JSON shape: one reason per action.
+func writeConflict(w http.ResponseWriter, body []byte) {
+	var req struct{ TransactItems []json.RawMessage }
+	_ = json.Unmarshal(body, &req)
+	type reason struct{ Code, Message string }
+	reasons := make([]reason, max(len(req.TransactItems), 1))
+	codes := make([]string, len(reasons))
+	for i := range reasons {
+		reasons[i] = reason{Code: "None"}
+		if i == len(reasons)-1 {
+			reasons[i] = reason{Code: "TransactionConflict", Message: "Transaction is ongoing for the item (injected by faultproxy)"}
+		}
+		codes[i] = reasons[i].Code
+	}
+	out, _ := json.Marshal(map[string]any{
+		"__type":              "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+		"Message":             "Transaction cancelled, please refer cancellation reasons for specific reasons [" + strings.Join(codes, ", ") + "]",
+		"CancellationReasons": reasons,
+	})
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("X-Amzn-Requestid", "faultproxy")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(out)
 }
 
 // forward sends the request to the server on the proxy's own context and,

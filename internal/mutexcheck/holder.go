@@ -116,7 +116,7 @@ func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool
 	opts := h.AcquireOptions
 	if h.DirectSlots > 0 && h.rng.IntN(4) == 0 {
 		slot := fmt.Sprintf("slot-%d", h.rng.IntN(h.DirectSlots))
-		opts = append(slices.Clone(opts), ddblock.WithSortKey(slot))
+		opts = append(slices.Clone(opts), ddblock.WithSortKeyValue(slot))
 		return h.roundOn(ctx, key, key+"/"+slot, opts, hold)
 	}
 	return h.roundOn(ctx, key, key, opts, hold)

@@ -233,14 +233,17 @@ type Features struct {
 	ReturnsOldItem bool
 	// TTL: UpdateTimeToLive and DescribeTimeToLive work.
 	TTL bool
+	// Transactions: TransactWriteItems works, and a cancelled one says
+	// why, action by action, as DynamoDB does (guarded writes need it).
+	Transactions bool
 }
 
 // expected are the features of the servers this package starts. A
 // started server that probes otherwise is refused: a run meant to cover
 // the old-item path must not quietly cover the other one.
 var expected = map[Kind]Features{
-	Dynalite:      {ReturnsOldItem: false, TTL: false},
-	DynamoDBLocal: {ReturnsOldItem: true, TTL: true},
+	Dynalite:      {ReturnsOldItem: false, TTL: false, Transactions: false},
+	DynamoDBLocal: {ReturnsOldItem: true, TTL: true, Transactions: true},
 }
 
 // Probe finds out, once, what the server does: on a table of its own it
@@ -264,6 +267,10 @@ func (s *Server) ReturnsOldItem() bool { return s.mustProbe().ReturnsOldItem }
 
 // HasTTL reports Features.TTL; it panics if the probe failed.
 func (s *Server) HasTTL() bool { return s.mustProbe().TTL }
+
+// HasTransactions reports Features.Transactions; it panics if the probe
+// failed.
+func (s *Server) HasTransactions() bool { return s.mustProbe().Transactions }
 
 func (s *Server) mustProbe() Features {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -315,6 +322,9 @@ func (s *Server) probe(ctx context.Context) (Features, error) {
 		return f, fmt.Errorf("a put that must fail its condition: %v", err)
 	}
 	f.ReturnsOldItem = len(ccf.Item) > 0
+	if f.Transactions, err = probeTransactions(ctx, ddb, table, item); err != nil {
+		return f, err
+	}
 
 	_, err = ddb.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(table),
@@ -356,5 +366,41 @@ func waitActive(ctx context.Context, ddb *dynamodb.Client, table string, poll ti
 			return fmt.Errorf("waiting for the table: %w", ctx.Err())
 		case <-time.After(poll):
 		}
+	}
+}
+
+// probeTransactions runs a transaction whose condition check fails and
+// reports whether the server answered as DynamoDB does (cancelled, with a
+// reason per action), or has no transactions (dynalite answers
+// UnknownOperationException).
+func probeTransactions(ctx context.Context, ddb *dynamodb.Client, table string, item map[string]types.AttributeValue) (bool, error) {
+	_, err := ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{
+			{ConditionCheck: &types.ConditionCheck{
+				TableName:           aws.String(table),
+				Key:                 item,
+				ConditionExpression: aws.String("attribute_not_exists(k)"),
+			}},
+			{Put: &types.Put{
+				TableName: aws.String(table),
+				Item:      map[string]types.AttributeValue{"k": &types.AttributeValueMemberS{Value: "probe-2"}},
+			}},
+		},
+	})
+	var api smithy.APIError
+	var canceled *types.TransactionCanceledException
+	switch {
+	case errors.As(err, &canceled):
+		r := canceled.CancellationReasons
+		if len(r) != 2 || aws.ToString(r[0].Code) != "ConditionalCheckFailed" {
+			return false, fmt.Errorf("a transaction whose first check must fail gave reasons %+v", r)
+		}
+		return true, nil
+	case errors.As(err, &api) && (api.ErrorCode() == "UnknownOperationException" || api.ErrorCode() == "NotImplemented"):
+		return false, nil
+	case err == nil:
+		return false, fmt.Errorf("a transaction whose condition check must fail succeeded")
+	default:
+		return false, fmt.Errorf("a transaction whose condition check must fail: %w", err)
 	}
 }

@@ -165,7 +165,7 @@ func newRVN() string {
 func createTable(ctx context.Context, ddb ddbClient, what string) (string, error) {
 	name := fmt.Sprintf("ddblock_load_%s_%d", what, time.Now().UnixNano())
 	err := ddblock.CreateTable(ctx, ddb,
-		ddblock.WithTableNames(ddblock.Options{
+		ddblock.WithNamesFromOptions(ddblock.Options{
 			TableName:        name,
 			PartitionKeyName: ddblock.DefaultPartitionKeyName,
 			SortKeyName:      ddblock.DefaultSortKeyName,

@@ -1,0 +1,400 @@
+package ddblock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+// Guarded writes: a held lock lends a ConditionCheck on its own item to
+// the holder's DynamoDB transaction, so that the holder's writes commit
+// only if, at the instant DynamoDB commits them, the lock item still names
+// this holder's tenure. DynamoDB serializes the check with every other
+// write of the lock item (acquisitions, releases, takeovers by ddblock or
+// python_dynamodb_lock), so no pause, clock or network delay on the
+// holder's side can make a guarded write land after another holder took
+// the lock. See doc/guarded-writes.md.
+//
+// The condition is on the tenure, not on the record version number: every
+// heartbeat changes the version number, and a guard conditioned on it
+// would fail whenever a heartbeat landed between the holder's look and its
+// write. The tenure is written once per acquisition and kept by the
+// holder's heartbeats; it changes with every acquisition of the key, by
+// anyone, this client included, and a python_dynamodb_lock acquisition
+// removes it (Python overwrites the whole item).
+
+// MaxGuardedActions is the most actions a guarded write takes from the
+// caller: DynamoDB's limit of 100 actions a transaction, less the guard.
+const MaxGuardedActions = 99
+
+// guardCondition is the ConditionCheck's expression: the item names this
+// owner and this tenure, and was not kept after a release.
+const guardCondition = "#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"
+
+// GuardedWriteError details a guarded write that DynamoDB cancelled or
+// whose outcome is unknown. It is the cause ([Error.Err]) of the *Error
+// that [Lock.GuardedWrite] returns; reach it with errors.As. It unwraps
+// to the AWS SDK's error.
+type GuardedWriteError struct {
+	// Action is the index, in the caller's TransactItems, of the action
+	// whose own condition failed (CodeWriteConditionFailed), or -1.
+	Action int
+	// Reasons are DynamoDB's cancellation reasons for the caller's
+	// actions, in the caller's order (the guard's own reason is left
+	// out); nil unless the transaction was cancelled.
+	Reasons []types.CancellationReason
+	// GuardReason is DynamoDB's cancellation reason for the guard: its
+	// Code is "ConditionalCheckFailed" when the lock was no longer held,
+	// and then Item is the lock item as it stood, where the server
+	// returns it (DynamoDB and DynamoDB Local do); nil unless the
+	// transaction was cancelled.
+	GuardReason *types.CancellationReason
+	// RequestToken is the ClientRequestToken the transaction was sent
+	// with. Within ten minutes, the same input sent again with this token
+	// is applied at most once in all: DynamoDB answers a repeat of a
+	// committed transaction with success and does not apply it again.
+	RequestToken string
+	// Err is the AWS SDK's error.
+	Err error
+}
+
+// Error says which action failed, if one did, and the SDK's error.
+func (e *GuardedWriteError) Error() string {
+	var b strings.Builder
+	if e.Action >= 0 {
+		fmt.Fprintf(&b, "action %d: ", e.Action)
+	}
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the AWS SDK's error.
+func (e *GuardedWriteError) Unwrap() error { return e.Err }
+
+// Guard returns the action that guards a write with the lock: a
+// ConditionCheck on the lock item that holds while the item names this
+// lock's owner and tenure (see [Lock.Tenure]) and was not released. Put
+// it among the actions of your own TransactWriteItems call to make them
+// commit only while this lock is held; DynamoDB then answers a cancelled
+// transaction with a TransactionCanceledException whose reason at the
+// guard's index is "ConditionalCheckFailed" when the lock was not held.
+// [Lock.GuardedWrite] does all that and explains the answer.
+//
+// The guard holds across this holder's heartbeats and fails after any
+// other acquisition of the key: a takeover by any client, a release, or
+// the same client acquiring the key again (a new tenure). It asks
+// DynamoDB to return the lock item when it fails.
+//
+// Guard returns an error of CodeLockNotHeld, without a guard, when the
+// lock is already known to be lost (released, stolen) or was never
+// acquired.
+func (l *Lock) Guard() (types.TransactWriteItem, error) {
+	if err := l.guardable(); err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{ConditionCheck: l.guardCheck()}, nil
+}
+
+func (l *Lock) guardCheck() *types.ConditionCheck {
+	c := l.client
+	return &types.ConditionCheck{
+		TableName:           aws.String(c.opts.TableName),
+		Key:                 c.codec.key(l.pk, l.sk),
+		ConditionExpression: aws.String(guardCondition),
+		ExpressionAttributeNames: map[string]string{
+			"#own": attrOwnerName, "#ten": attrTenure, "#rel": attrReleased,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":own": &types.AttributeValueMemberS{Value: l.owner},
+			":ten": &types.AttributeValueMemberS{Value: l.tenure},
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// guardable refuses a guard for a lock known not to be held.
+func (l *Lock) guardable() error {
+	if l == nil || l.client == nil || l.tenure == "" {
+		return &Error{Code: CodeLockNotHeld, Message: "not a lock acquired by this library"}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkDangerLocked(l.client.clock.Monotonic())
+	switch l.status {
+	case StatusLocked, StatusInDanger:
+		// In danger the lock may still be held: the condition decides.
+		return nil
+	}
+	e := l.lockError(CodeLockNotHeld, "the lock is "+strings.ToLower(string(l.status))+": a guarded write cannot commit", l.err)
+	return e
+}
+
+// transactWriter is the part of *dynamodb.Client a guarded write needs,
+// apart from [DynamoDBAPI], so that implementations of DynamoDBAPI
+// written before guarded writes still satisfy it.
+type transactWriter interface {
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// GuardedWrite runs the caller's TransactWriteItems with the lock's guard
+// (see [Lock.Guard]) in front of its actions, in one DynamoDB
+// transaction: the caller's Put, Update, Delete and ConditionCheck
+// actions (at most [MaxGuardedActions]) commit together, and only if the
+// lock item still names this lock's tenure when DynamoDB commits them.
+// The input is not modified. Where in.ClientRequestToken is empty, a new
+// random token is sent, so that the SDK's own retries of the call are
+// applied at most once.
+//
+// The errors, each an *Error:
+//   - CodeLockNotHeld: the lock is not held, so nothing was written. When
+//     the lock is already known to be lost, no call is made; when the
+//     guard's condition failed, the lock item said another tenure (taken
+//     over, released, acquired again) or was gone, and where the server
+//     returned the item and it shows another acquisition, the lock is
+//     marked stolen as a failed heartbeat would mark it.
+//   - CodeWriteConditionFailed: the guard held but one of the caller's
+//     own conditions failed, so nothing was written;
+//     [GuardedWriteError].Action says which.
+//   - CodeTransactionConflict: DynamoDB cancelled the transaction because
+//     another transaction or write touched one of its items at the same
+//     time. Nothing was written; the same call may be retried, after a
+//     short back-off.
+//   - CodeOutcomeUnknown: no answer came (a lost reply, a timeout, a
+//     cancelled context after the request left, a server error): the
+//     transaction may or may not have committed. Send the same input
+//     again with the token in [GuardedWriteError].RequestToken, within
+//     ten minutes, to learn the answer without applying it twice: a
+//     committed transaction answers success again.
+//   - CodeTransactionsUnsupported: the server (dynalite, for one) or the
+//     DynamoDBAPI given to [New] has no TransactWriteItems.
+//   - CodeInvalidArgument: nil or empty arguments, too many actions, an
+//     action that is not exactly one of Put, Update, Delete and
+//     ConditionCheck, an action on the lock item itself (DynamoDB refuses
+//     two actions on one item in a transaction), or a request token
+//     reused with other parameters.
+//   - CodeCanceled: ctx ended before the request was sent.
+//
+// Any other failure is CodeUnknown with the SDK's error as its cause.
+func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.guardable(); err != nil {
+		return nil, err
+	}
+	if err := l.checkGuardedInput(in); err != nil {
+		return nil, err
+	}
+	c := l.client
+	tw, ok := c.ddb.(transactWriter)
+	if !ok {
+		return nil, l.lockError(CodeTransactionsUnsupported, "the DynamoDBAPI given to New has no TransactWriteItems method", nil)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, l.lockError(CodeCanceled, "the context ended before the guarded write was sent", context.Cause(ctx))
+	}
+	req := *in
+	req.TransactItems = make([]types.TransactWriteItem, 0, len(in.TransactItems)+1)
+	req.TransactItems = append(req.TransactItems, types.TransactWriteItem{ConditionCheck: l.guardCheck()})
+	req.TransactItems = append(req.TransactItems, in.TransactItems...)
+	if aws.ToString(req.ClientRequestToken) == "" {
+		req.ClientRequestToken = aws.String(newRecordVersionNumber())
+	}
+	out, err := tw.TransactWriteItems(ctx, &req, append(c.throttleWatch("TransactWriteItems"), optFns...)...)
+	if err == nil {
+		return out, nil
+	}
+	return nil, l.guardedWriteError(ctx, err, aws.ToString(req.ClientRequestToken))
+}
+
+// checkGuardedInput refuses what DynamoDB would refuse, or worse accept
+// in a way the caller did not mean, before anything is sent.
+func (l *Lock) checkGuardedInput(in *dynamodb.TransactWriteItemsInput) error {
+	if in == nil {
+		return invalidArg("TransactWriteItemsInput", "must not be nil")
+	}
+	n := len(in.TransactItems)
+	if n == 0 {
+		return invalidArg("TransactItems", "nothing to write: give at least one action")
+	}
+	if n > MaxGuardedActions {
+		return invalidArg("TransactItems", fmt.Sprintf("%d actions: a guarded write takes at most %d (DynamoDB's 100 a transaction, less the guard)", n, MaxGuardedActions))
+	}
+	lockKey := l.client.codec.key(l.pk, l.sk)
+	for i, a := range in.TransactItems {
+		table, key, kinds := guardedAction(a)
+		setting := fmt.Sprintf("TransactItems[%d]", i)
+		if kinds != 1 {
+			return invalidArg(setting, fmt.Sprintf("sets %d of Put, Update, Delete and ConditionCheck: exactly one, please", kinds))
+		}
+		if table == l.client.opts.TableName && sameKey(key, lockKey) {
+			return invalidArg(setting, "acts on the lock item itself: DynamoDB refuses two actions on one item in a transaction, and the guard is one")
+		}
+	}
+	return nil
+}
+
+// guardedAction returns an action's table and key, and how many kinds of
+// action it sets.
+func guardedAction(a types.TransactWriteItem) (table string, key map[string]types.AttributeValue, kinds int) {
+	if a.Put != nil {
+		kinds++
+		table, key = aws.ToString(a.Put.TableName), a.Put.Item
+	}
+	if a.Update != nil {
+		kinds++
+		table, key = aws.ToString(a.Update.TableName), a.Update.Key
+	}
+	if a.Delete != nil {
+		kinds++
+		table, key = aws.ToString(a.Delete.TableName), a.Delete.Key
+	}
+	if a.ConditionCheck != nil {
+		kinds++
+		table, key = aws.ToString(a.ConditionCheck.TableName), a.ConditionCheck.Key
+	}
+	return table, key, kinds
+}
+
+// sameKey reports whether item (a key, or a whole item for a Put) has
+// every attribute of key with an equal string value.
+func sameKey(item, key map[string]types.AttributeValue) bool {
+	for name, v := range key {
+		want, ok1 := v.(*types.AttributeValueMemberS)
+		got, ok2 := item[name].(*types.AttributeValueMemberS)
+		if !ok1 || !ok2 || want.Value != got.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// guardedWriteError explains a failed TransactWriteItems.
+func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
+	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) && len(canceled.CancellationReasons) > 0 {
+		guard := canceled.CancellationReasons[0]
+		gw.GuardReason = &guard
+		gw.Reasons = canceled.CancellationReasons[1:]
+		if aws.ToString(guard.Code) == "ConditionalCheckFailed" {
+			l.guardFailed(guard.Item, err)
+			return l.lockError(CodeLockNotHeld, "the lock item no longer names this tenure: nothing was written", gw)
+		}
+		conflict := aws.ToString(guard.Code) == "TransactionConflict"
+		for i, r := range gw.Reasons {
+			switch aws.ToString(r.Code) {
+			case "ConditionalCheckFailed":
+				gw.Action = i
+				return l.lockError(CodeWriteConditionFailed, fmt.Sprintf("the condition of action %d failed: nothing was written", i), gw)
+			case "TransactionConflict":
+				conflict = true
+			}
+		}
+		if conflict {
+			return l.lockError(CodeTransactionConflict, "another write to one of its items was under way: nothing was written; retry after a short back-off", gw)
+		}
+		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(canceled.CancellationReasons[1:]), gw)
+	}
+	var conflict *types.TransactionConflictException
+	if errors.As(err, &conflict) {
+		return l.lockError(CodeTransactionConflict, "another transaction on one of its items was under way: nothing was written; retry after a short back-off", gw)
+	}
+	var inProgress *types.TransactionInProgressException
+	if errors.As(err, &inProgress) {
+		return l.lockError(CodeOutcomeUnknown, "a transaction with this request token is still under way: send it again later to learn its outcome", gw)
+	}
+	var mismatch *types.IdempotentParameterMismatchException
+	if errors.As(err, &mismatch) {
+		e := l.lockError(CodeInvalidArgument, "the request token was used within ten minutes for a transaction with other parameters", gw)
+		e.Setting = "ClientRequestToken"
+		return e
+	}
+	if unsupportedOperation(err) {
+		return l.lockError(CodeTransactionsUnsupported, "the server does not implement TransactWriteItems (dynalite does not)", gw)
+	}
+	if neverSent(err) {
+		return l.lockError(CodeUnknown, "the request could not be sent: nothing was written", gw)
+	}
+	if outcomeUnknown(err) {
+		if ctx.Err() != nil {
+			return l.lockError(CodeOutcomeUnknown, "the context ended while the transaction was under way: it may have committed; send it again with the same request token to learn which", gw)
+		}
+		return l.lockError(CodeOutcomeUnknown, "no answer: the transaction may have committed; send it again with the same request token to learn which", gw)
+	}
+	if ctx.Err() != nil {
+		return l.lockError(CodeCanceled, "the context ended before the guarded write was sent", gw)
+	}
+	return l.lockError(CodeUnknown, "the guarded write failed", gw)
+}
+
+func reasonCodes(rs []types.CancellationReason) string {
+	codes := make([]string, len(rs))
+	for i, r := range rs {
+		codes[i] = aws.ToString(r.Code)
+		if codes[i] == "" {
+			codes[i] = "None"
+		}
+	}
+	return strings.Join(codes, ", ")
+}
+
+// unsupportedOperation reports whether the server said it has no such
+// operation: dynalite answers TransactWriteItems with
+// UnknownOperationException.
+func unsupportedOperation(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "UnknownOperationException", "UnknownOperation", "InvalidAction", "NotImplemented":
+		return true
+	}
+	return false
+}
+
+// guardFailed marks the lock stolen when the item the failed guard saw
+// shows another acquisition of the key: another tenure or owner. For a
+// lock on a session that is the only way to learn it, since its own item
+// is never heartbeated. An item that is gone proves less (it may be this
+// lock's own release under way), and leaves the lock to its heartbeats
+// and its release.
+func (l *Lock) guardFailed(item map[string]types.AttributeValue, cause error) {
+	if len(item) == 0 {
+		return
+	}
+	tenure, _ := item[attrTenure].(*types.AttributeValueMemberS)
+	owner, _ := item[attrOwnerName].(*types.AttributeValueMemberS)
+	if tenure != nil && tenure.Value == l.tenure && owner != nil && owner.Value == l.owner {
+		return // our tenure, released and kept: the release reports it
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.markStolenLocked("a guarded write found another acquisition of the key", cause)
+}
+
+// markStolenLocked ends a held lock as taken by another client: status
+// INVALID, LOCK_STOLEN, unregistered, counted and reported. A lock no
+// longer held (released meanwhile) is left alone: its release reports it.
+func (l *Lock) markStolenLocked(msg string, cause error) {
+	if !l.heldLocked() {
+		return
+	}
+	c := l.client
+	l.status = StatusInvalid
+	l.finishLocked(l.lockError(CodeLockStolen, msg, cause))
+	c.unregister(l)
+	c.stats.stolen.Add(1)
+	c.opts.Metrics.LockStolen()
+	c.callbacks.enqueue(l, CodeLockStolen)
+	c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk, "found_by", msg)
+}
