@@ -81,6 +81,7 @@ type clientStats struct {
 	callbacksDropped   atomic.Uint64
 	callbacksDelivered atomic.Uint64
 	callbacksLate      atomic.Uint64
+	deadSessionLocks   atomic.Uint64
 }
 
 // Stats are counters of a client's background work since it was created.
@@ -116,10 +117,19 @@ type Stats struct {
 	CallbacksLate uint64
 	// CallbacksRunning is the number of app callbacks running now.
 	CallbacksRunning int
+	// DeadSessionLocks counts locks taken over from a dead session
+	// sooner than a session lease after their acquire began: locks that
+	// came back with their session, judged dead by this client's watch
+	// for another lock of it or by an earlier call (see
+	// [Options.SessionLease]).
+	DeadSessionLocks uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
+	if c == nil {
+		return Stats{} // a client not made with New counts nothing either
+	}
 	c.mu.Lock()
 	held := len(c.locks)
 	c.mu.Unlock()
@@ -135,6 +145,7 @@ func (c *Client) Stats() Stats {
 		InDanger:           s.inDanger.Load(),
 		Recovered:          s.recovered.Load(),
 		Stolen:             s.stolen.Load(),
+		DeadSessionLocks:   s.deadSessionLocks.Load(),
 		CallbacksDelivered: s.callbacksDelivered.Load(),
 		CallbacksDropped:   s.callbacksDropped.Load(),
 		CallbackPanics:     s.callbackPanics.Load(),
@@ -220,7 +231,12 @@ func (g *doneGroup) finish() {
 }
 
 // Options returns the client's settings, defaults filled in.
-func (c *Client) Options() Options { return c.opts }
+func (c *Client) Options() Options {
+	if c == nil {
+		return Options{}
+	}
+	return c.opts
+}
 
 // register adds a freshly acquired lock to the held set, and to the
 // heartbeats or to its session. It fails when the client was closed
@@ -271,7 +287,12 @@ func (c *Client) heldLocks() []*Lock {
 }
 
 // HeldLocks returns the locks this client holds now, in no order.
-func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
+func (c *Client) HeldLocks() []*Lock {
+	if c.usable() != nil {
+		return nil
+	}
+	return c.heldLocks()
+}
 
 // Close shuts the client down, in the manner of http.Server.Shutdown.
 //
@@ -299,6 +320,9 @@ func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 // calls still in flight are cancelled then, and end at once. A later Close
 // waits again, and returns nil once everything has finished.
 func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

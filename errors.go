@@ -97,6 +97,15 @@ const (
 	CodeTableUnsafe Code = "TABLE_UNSAFE"
 )
 
+// A client never waits on itself.
+const (
+	// CodeAlreadyHeld: AcquireLock or TryAcquireLock asked for a lock
+	// (partition key and sort key) that this client holds already. It
+	// is answered at once: waiting could only end in ACQUIRE_TIMEOUT.
+	// The held lock is untouched; find it with [Client.HeldLocks].
+	CodeAlreadyHeld Code = "ALREADY_HELD"
+)
+
 // Error is the one error type ddblock returns. Match a kind with
 // errors.Is against the Err… sentinels, or read the fields with errors.As:
 //
@@ -121,6 +130,9 @@ type Error struct {
 
 // Error formats the error as "ddblock: CODE: message (key "pk"/"sk"): cause".
 func (e *Error) Error() string {
+	if e == nil {
+		return "ddblock: <nil>"
+	}
 	var b strings.Builder
 	b.WriteString("ddblock: ")
 	b.WriteString(string(e.Code))
@@ -147,11 +159,19 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Is reports whether target is the sentinel for e's code, so that
 // errors.Is(err, ddblock.ErrAcquireTimeout) works through any wrapping.
 func (e *Error) Is(target error) bool {
+	if e == nil {
+		return false
+	}
 	s, ok := target.(*Error)
 	return ok && s.isSentinel() && s.Code == e.Code
 }
@@ -193,6 +213,9 @@ var (
 
 // Sentinel of the unsafe tables' code.
 var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
+
+// The sentinel for CodeAlreadyHeld.
+var ErrAlreadyHeld = &Error{Code: CodeAlreadyHeld}
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when
 // there is none.

@@ -65,6 +65,15 @@ type Semaphore struct {
 // that is not UTF-8 or too long for DynamoDB's keys once a slot's suffix
 // is added, and a number of slots below 1 or above [MaxSemaphoreSlots].
 func (c *Client) NewSemaphore(name string, slots int) (*Semaphore, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(name, sessionKeyPrefix) {
+		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for session items", sessionKeyPrefix))
+	}
+	if c.isClosed() {
+		return nil, &Error{Code: CodeClientShutdown, Message: "the client is closed", PartitionKey: name}
+	}
 	var errs []error
 	if slots < 1 || slots > MaxSemaphoreSlots {
 		errs = append(errs, invalidArg("Slots", fmt.Sprintf("must be from 1 to %d, got %d", MaxSemaphoreSlots, slots)))
@@ -92,10 +101,20 @@ func (c *Client) NewSemaphore(name string, slots int) (*Semaphore, error) {
 }
 
 // Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 // Slots returns the semaphore's number of slots.
-func (s *Semaphore) Slots() int { return s.slots }
+func (s *Semaphore) Slots() int {
+	if s == nil {
+		return 0
+	}
+	return s.slots
+}
 
 // slotKey returns slot i's key.
 func (s *Semaphore) slotKey(i int) (pk, sk string) {
@@ -118,7 +137,7 @@ func (s *Semaphore) metaKey() (pk, sk string) {
 // reads the lock's key, so it also recognizes a slot taken with
 // AcquireLock on the slot's key.
 func (s *Semaphore) SlotOf(lock *Lock) (int, bool) {
-	if lock == nil {
+	if s.usable() != nil || lock == nil {
 		return 0, false
 	}
 	return s.slotOfKey(lock.pk, lock.sk)
@@ -186,6 +205,9 @@ type semaphoreAcquire struct {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -444,6 +466,9 @@ func (s *Semaphore) mismatch(stored int) *Error {
 // it tells who holds a slot, not that the holder is alive. It does not
 // check the metadata item's number, and does not write it.
 func (s *Semaphore) Holders(ctx context.Context) ([]*LockInfo, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}

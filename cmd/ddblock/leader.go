@@ -18,8 +18,10 @@ lock of that name, whose item holds the leader's value): its value and
 its owner, from a strongly consistent read. Exits 1 when nobody leads.
 
 With --watch it prints the leader at once and then a line for each
-change of leader (or "none" when leadership ends), from a read every
---every, until interrupted (exit 0). Reads only.`
+change of leader, value or term (a new leadership, even of the same
+owner with the same value), or "none" when leadership ends, from a read
+every --every, until interrupted (exit 0). A change that comes and goes
+between two reads is not seen. Reads only.`
 
 func cmdLeader(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -74,7 +76,8 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 		case info == nil:
 			fmt.Fprintf(env.stdout, "%s\tnone\n", now)
 		default:
-			fmt.Fprintf(env.stdout, "%s\t%s\t(owner %s)\n", now, cell(info.Value), cell(info.Owner))
+			// The term tells a new leadership of the same owner and value.
+			fmt.Fprintf(env.stdout, "%s\tterm %s\t%s\t(owner %s)\n", now, cell(info.Term), cell(info.Value), cell(info.Owner))
 		}
 	}
 	return nil
