@@ -104,7 +104,11 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	}
 	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
+	if o.FairWaiting && !once {
+		a.line = c.newLine(pk, o.SortKey, o.RetryPeriod)
+	}
 	lock, err := a.run(ctx, a, &a.opts)
+	a.line.leave() // won or not, the ticket has served
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
 	return lock, err
 }
@@ -124,6 +128,14 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 	checkKey("PartitionKey", pk, maxPartitionKeyBytes)
 	if strings.HasPrefix(pk, sessionKeyPrefix) {
 		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q are reserved for session items", sessionKeyPrefix)))
+	}
+	if isLineKey(pk) {
+		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q are reserved for lines of fair waiters", lineKeyPrefix)))
+	}
+	if o.FairWaiting {
+		if err := checkLineKey(pk); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !c.opts.PartitionKeyOnly {
 		checkKey("SortKey", o.SortKey, maxSortKeyBytes)
@@ -170,6 +182,9 @@ type acquisition struct {
 	// fast: what was seen is taken over by its holder's stamp, not for
 	// having been watched a whole lease (set by mayWrite).
 	fast bool
+	// line is this waiter's place in the key's line of fair waiters
+	// (line.go); nil unless it waits fairly.
+	line *line
 }
 
 // attempt makes one try. It returns the lock when acquired, an error
@@ -180,6 +195,15 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
 		// Checked at every attempt, not only the first: a concurrent
 		// acquire of the same key by this client may have won meanwhile.
 		return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+	}
+	if a.line != nil {
+		// A fair waiter tries only in its turn (line.go).
+		if mine, err := a.line.turn(ctx, a.lockLook); err != nil || !mine {
+			if err != nil {
+				return nil, a.callError(ctx, "waiting in line", err)
+			}
+			return nil, nil
+		}
 	}
 	if a.seen != nil && !a.seen.Released {
 		// Someone held the lock when we last looked: read before writing,

@@ -99,8 +99,9 @@ func (c *Client) defaultSortKey(sk string) string {
 }
 
 // ListLocks returns every lock in the table, one page of a strongly
-// consistent Scan at a time; items kept after their release, and
-// semaphores' metadata items (which are not locks), are left out.
+// consistent Scan at a time; items kept after their release,
+// semaphores' metadata items and lines of fair waiters (which are not
+// locks; see [Client.ListLines]) are left out.
 // Session items are listed too (IsSession); a lock attached to a session
 // comes with its session item as read during the listing (Session.Item),
 // one read per session. An item that is not a lock item yields a
@@ -181,8 +182,8 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 				return
 			}
 			for _, item := range page.items {
-				if isSemaphoreMeta(item) {
-					continue // a semaphore's number of slots, not a lock
+				if isSemaphoreMeta(item) || isLineItem(item) {
+					continue // a semaphore's number of slots, or a line of waiters: not a lock
 				}
 				info, err := c.codec.decode(item)
 				if err == nil && info.Released {

@@ -628,6 +628,15 @@ type AcquireOptions struct {
 	// Callback is told when the lock is in danger, stolen, or recovers.
 	// It runs on the client's callback workers.
 	Callback Callback
+	// FairWaiting makes the acquire wait its turn in the key's line of
+	// fair waiters: among the fair waiters of one key (or of one
+	// semaphore), the lock goes to the one that came first. Clients that
+	// do not wait in line may take it ahead of the line; mutual
+	// exclusion is never at stake. It costs a write to come into the
+	// line and one to leave it, and one read of the line per retry
+	// period. TryAcquireLock and TryAcquire ignore it. Default false.
+	// See [WithFairWaiting] and doc/fair-waiting.md.
+	FairWaiting bool
 }
 
 // AcquireOption changes one setting of [AcquireOptions].
@@ -659,6 +668,12 @@ func WithRetryTimeout(d time.Duration) AcquireOption {
 // WithAdditionalAttributes sets [AcquireOptions.AdditionalAttributes].
 func WithAdditionalAttributes(attrs map[string]types.AttributeValue) AcquireOption {
 	return func(o *AcquireOptions) { o.AdditionalAttributes = attrs }
+}
+
+// WithFairWaiting sets [AcquireOptions.FairWaiting]: wait in line, first
+// come, first served, among the key's fair waiters.
+func WithFairWaiting() AcquireOption {
+	return func(o *AcquireOptions) { o.FairWaiting = true }
 }
 
 // WithCallback sets [AcquireOptions.Callback].

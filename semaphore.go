@@ -71,6 +71,9 @@ func (c *Client) NewSemaphore(name string, slots int) (*Semaphore, error) {
 	if strings.HasPrefix(name, sessionKeyPrefix) {
 		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for session items", sessionKeyPrefix))
 	}
+	if isLineKey(name) {
+		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for lines of fair waiters", lineKeyPrefix))
+	}
 	if c.isClosed() {
 		return nil, &Error{Code: CodeClientShutdown, Message: "the client is closed", PartitionKey: name}
 	}
@@ -183,6 +186,10 @@ func (s *Semaphore) slotOfKey(pk, sk string) (int, bool) {
 // with [Options.MaxClockSkew]). Contenders start at a random slot, so
 // that they do not all race for the first free one.
 //
+// With [WithFairWaiting] the semaphore's fair waiters take slots in the
+// order they came, from one line for the whole semaphore: its first
+// waiter takes any free slot.
+//
 // WithSortKeyValue is refused: the semaphore names its slots.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lock, error) {
 	return s.acquire(ctx, false, opts)
@@ -202,6 +209,7 @@ type semaphoreAcquire struct {
 	retryLoop
 	s    *Semaphore
 	opts AcquireOptions
+	line *line // the semaphore's line of fair waiters; nil unless fair
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
@@ -231,7 +239,17 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 	}
 	o.SortKey = ""
 	sa := &semaphoreAcquire{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, s: s, opts: o}
+	if o.FairWaiting && !once {
+		// One line for the semaphore, at its metadata item's key: its
+		// head takes any free slot.
+		mpk, msk := s.metaKey()
+		if err := checkLineKey(mpk); err != nil {
+			return nil, err
+		}
+		sa.line = c.newLine(mpk, msk, o.RetryPeriod)
+	}
 	lock, err := sa.run(ctx, sa, &sa.opts)
+	sa.line.leave()
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-sa.start, sa.attempts, err)
 	return lock, err
 }
@@ -242,6 +260,15 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 // when every slot is held.
 func (sa *semaphoreAcquire) attempt(ctx context.Context) (*Lock, error) {
 	s := sa.s
+	if sa.line != nil {
+		// A fair waiter tries only in its turn (line.go).
+		if mine, err := sa.line.turn(ctx, sa.semaphoreLook); err != nil || !mine {
+			if err != nil {
+				return nil, sa.callError(ctx, "waiting in line", err)
+			}
+			return nil, nil
+		}
+	}
 	view, err := s.read(ctx)
 	if err != nil {
 		return nil, sa.callError(ctx, "reading the semaphore", err)

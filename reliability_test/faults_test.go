@@ -447,3 +447,33 @@ func TestReleaseReplyLostIsNotStolen(t *testing.T) {
 		t.Errorf("GetLock: %v, want LOCK_NOT_FOUND", err)
 	}
 }
+
+// A fair waiter's coming into line whose reply is lost: retried by the
+// SDK, the retry fails its condition (the ticket is in), and without the
+// SDK's retry the next attempt finds the ticket in the line. Either way
+// the waiter is in line once, takes the lock in its turn, and leaves no
+// ticket behind.
+func TestFairWaitWhenEnqueueReplyLost(t *testing.T) {
+	for _, attempts := range []int{2, 1} {
+		t.Run(fmt.Sprintf("attempts=%d", attempts), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			c := e.faulty(attempts)
+			f := c.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "UpdateItem", BodyContains: "ddblock_line#", Count: 1})
+			lock, err := c.AcquireLock(ctx, "k", ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(20*time.Millisecond))
+			if err != nil {
+				t.Fatalf("fair AcquireLock after a lost reply to its coming into line: %v", err)
+			}
+			if f.Injected() != 1 {
+				t.Fatalf("%d replies dropped; want 1", f.Injected())
+			}
+			line, err := c.Line(ctx, "k", "")
+			if err != nil || len(line.Tickets) != 0 {
+				t.Errorf("line after the acquire: %+v, %v; want no ticket left", line, err)
+			}
+			if err := lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,501 @@
+package ddblock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/clock"
+)
+
+// Fair waiting (line.go): tests on a real server, the waiters on a fake
+// clock (only the test's steps pass their retry periods and graces), the
+// holder they wait for on the real clock.
+
+const fairRetry = 100 * time.Millisecond
+
+// fairGrace is a ticket's grace at fairRetry: three retry periods and a
+// second (line.go).
+const fairGrace = 3*fairRetry + time.Second
+
+// fairWaiter runs one fair AcquireLock of key on its own goroutine; the
+// lock (or the error) comes on the returned channels' one value.
+type fairWaiter struct {
+	name string
+	done chan struct{}
+	lock *ddblock.Lock
+	err  error
+}
+
+func startFair(c *ddblock.Client, name, key string, opts ...ddblock.AcquireOption) *fairWaiter {
+	w := &fairWaiter{name: name, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.lock, w.err = c.AcquireLock(context.Background(), key, append([]ddblock.AcquireOption{ddblock.WithFairWaiting(),
+			ddblock.WithRetryPeriod(fairRetry), ddblock.WithRetryTimeout(time.Hour)}, opts...)...)
+	}()
+	return w
+}
+
+func (w *fairWaiter) finished() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stepWhile advances the fake clock from timer to timer while busy()
+// holds, waiting first for `sleepers()` timers to be pending, within
+// limit of fake time.
+func stepWhile(t *testing.T, clk *clock.Fake, sleepers func() int, busy func() bool, limit time.Duration) {
+	t.Helper()
+	start := clk.Monotonic()
+	for busy() {
+		waitFor(t, "the waiters to sleep", func() bool { return !busy() || clk.Timers() >= sleepers() })
+		if !busy() {
+			return
+		}
+		if clk.Monotonic()-start > limit {
+			t.Fatalf("still busy after %v of fake time", limit)
+		}
+		clk.AdvanceToNext()
+	}
+}
+
+func tickets(t *testing.T, c *ddblock.Client, key string) []string {
+	t.Helper()
+	line, err := c.Line(context.Background(), key, "")
+	if err != nil {
+		t.Fatalf("Line(%s): %v", key, err)
+	}
+	var owners []string
+	for _, tk := range line.Tickets {
+		owners = append(owners, tk.OwnerName)
+	}
+	return owners
+}
+
+// Fair waiters take the lock in the order they came, whatever their
+// polls' timing; the line is shown by Line and ListLines, never by
+// ListLocks, and is gone once everyone has had a turn.
+func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	const n = 4
+	var clients []*ddblock.Client
+	for i := range n {
+		clients = append(clients, e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...))
+	}
+	waitForSleepers(t, clk, n) // every client's monitor
+	var waiters []*fairWaiter
+	var want []string
+	for i, c := range clients {
+		// Come in an order other than the clients' names would sort.
+		name := fmt.Sprintf("w%d", (i*3)%n)
+		c = clients[(i*3)%n]
+		waiters = append(waiters, startFair(c, name, "k"))
+		want = append(want, name)
+		waitForSleepers(t, clk, n+i+1) // in line, and asleep
+	}
+	if got := tickets(t, holder, "k"); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("line %v; want %v", got, want)
+	}
+	var lines []*ddblock.LineInfo
+	for l, err := range holder.ListLines(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != 1 || lines[0].PartitionKey != "k" || lines[0].SortKey != "-" || len(lines[0].Tickets) != n {
+		t.Fatalf("ListLines: %+v; want the line of k with %d tickets", lines, n)
+	}
+	var listed []string
+	for info, err := range holder.ListLocks(ctx) {
+		if err != nil {
+			t.Fatalf("ListLocks: %v", err)
+		}
+		listed = append(listed, info.PartitionKey)
+	}
+	if fmt.Sprint(listed) != "[k]" {
+		t.Fatalf("ListLocks: %v; want the lock k alone, not its line", listed)
+	}
+
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	var finished atomic.Int32
+	for _, w := range waiters {
+		go func() {
+			<-w.done
+			if w.err == nil {
+				mu.Lock()
+				order = append(order, w.name)
+				mu.Unlock()
+				if err := w.lock.Release(ctx); err != nil {
+					t.Errorf("%s: Release: %v", w.name, err)
+				}
+			}
+			finished.Add(1)
+		}()
+	}
+	stepWhile(t, clk, func() int { return n + n - int(finished.Load()) }, func() bool { return finished.Load() < n }, time.Minute)
+	for _, w := range waiters {
+		if w.err != nil {
+			t.Errorf("%s: %v", w.name, w.err)
+		}
+	}
+	if strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("the lock went to %v; want the order they came in, %v", order, want)
+	}
+	if got := tickets(t, holder, "k"); len(got) != 0 {
+		t.Errorf("line after every turn: %v; want none", got)
+	}
+}
+
+// dying is a DynamoDB client that can be killed: every call then fails,
+// as a killed process's would never come.
+type dying struct {
+	ddblock.DynamoDBAPI
+	dead atomic.Bool
+}
+
+var errDead = errors.New("dead")
+
+func (d *dying) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if d.dead.Load() {
+		return nil, errDead
+	}
+	return d.DynamoDBAPI.GetItem(ctx, in, o...)
+}
+
+func (d *dying) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if d.dead.Load() {
+		return nil, errDead
+	}
+	return d.DynamoDBAPI.PutItem(ctx, in, o...)
+}
+
+func (d *dying) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if d.dead.Load() {
+		return nil, errDead
+	}
+	return d.DynamoDBAPI.UpdateItem(ctx, in, o...)
+}
+
+func (d *dying) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if d.dead.Load() {
+		return nil, errDead
+	}
+	return d.DynamoDBAPI.DeleteItem(ctx, in, o...)
+}
+
+// A fair waiter that dies first in line (its ticket stays: it can
+// neither take the lock nor leave) holds the line up for its grace once
+// the lock is free, no longer: the next waiter removes it and takes the
+// lock.
+func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	dd := &dying{DynamoDBAPI: e.ddb}
+	doomed := e.clientOn(dd, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("doomed"))...)
+	puts := &putClock{DynamoDBAPI: e.ddb, clk: clk}
+	alive := e.clientOn(puts, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("alive"))...)
+	waitForSleepers(t, clk, 2)
+	d := startFair(doomed, "doomed", "k")
+	waitForSleepers(t, clk, 3)
+	w := startFair(alive, "alive", "k")
+	waitForSleepers(t, clk, 4)
+	if got := fmt.Sprint(tickets(t, holder, "k")); got != "[doomed alive]" {
+		t.Fatalf("line %s; want [doomed alive]", got)
+	}
+	dd.dead.Store(true)
+	clk.AdvanceToNext() // both poll; the doomed one's call fails, and so does its leaving
+	<-d.done
+	if d.err == nil {
+		t.Fatal("the doomed waiter acquired")
+	}
+	if got := fmt.Sprint(tickets(t, holder, "k")); got != "[doomed alive]" {
+		t.Fatalf("line after the death: %s; want the dead ticket still first", got)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed := clk.Monotonic()
+	stepWhile(t, clk, func() int { return 3 }, func() bool { return !w.finished() }, time.Minute)
+	if w.err != nil {
+		t.Fatalf("the live waiter: %v", w.err)
+	}
+	took := puts.lastPut() - freed
+	if took < fairGrace || took > fairGrace+5*fairRetry {
+		t.Errorf("the live waiter took the lock %v after its release; want after the dead one's grace, %v, within a few retry periods", took, fairGrace)
+	}
+	if got := tickets(t, holder, "k"); len(got) != 0 {
+		t.Errorf("line after: %v; want none", got)
+	}
+	dd.dead.Store(false)
+}
+
+// lineCounting counts calls by whether they are on a line item or a
+// lock item, and whether they write; the holder's heartbeats (updates of
+// the lock) are not counted.
+type lineCounting struct {
+	ddblock.DynamoDBAPI
+	lineWrites, lineReads, lockWrites, lockReads atomic.Int32
+	mu                                          sync.Mutex
+	writes                                      []string // lock writes, in order, with their outcomes
+}
+
+func (c *lineCounting) wrote(op string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	outcome := "ok"
+	if err != nil {
+		outcome = strings.Fields(err.Error())[0]
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			outcome = "condition failed"
+		}
+	}
+	c.writes = append(c.writes, op+": "+outcome)
+}
+
+// keyOf is an item's or a key's string values, joined.
+func keyOf(item map[string]types.AttributeValue) string {
+	var b strings.Builder
+	for _, v := range item {
+		if s, ok := v.(*types.AttributeValueMemberS); ok {
+			b.WriteString(s.Value)
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+func (c *lineCounting) count(key string, write bool) {
+	line := strings.Contains(key, "ddblock_line#")
+	switch {
+	case line && write:
+		c.lineWrites.Add(1)
+	case line:
+		c.lineReads.Add(1)
+	case write:
+		c.lockWrites.Add(1)
+	default:
+		c.lockReads.Add(1)
+	}
+}
+
+func (c *lineCounting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.count(keyOf(in.Key), false)
+	return c.DynamoDBAPI.GetItem(ctx, in, o...)
+}
+
+func (c *lineCounting) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.count(keyOf(in.Item), true)
+	out, err := c.DynamoDBAPI.PutItem(ctx, in, o...)
+	c.wrote("PutItem", err)
+	return out, err
+}
+
+func (c *lineCounting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if strings.Contains(keyOf(in.Key), "ddblock_line#") {
+		c.count(keyOf(in.Key), true) // on the lock, a heartbeat: not the wait's
+	}
+	return c.DynamoDBAPI.UpdateItem(ctx, in, o...)
+}
+
+func (c *lineCounting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	c.count(keyOf(in.Key), true)
+	out, err := c.DynamoDBAPI.DeleteItem(ctx, in, o...)
+	if !strings.Contains(keyOf(in.Key), "ddblock_line#") {
+		c.wrote("DeleteItem", err)
+	}
+	return out, err
+}
+
+// A fair wait costs a bounded number of writes, however long it lasts:
+// the append and the leaving (at most three in all), and on the lock a
+// put when first in line, the put that takes it and the release; waiting
+// itself costs reads only.
+func TestFairWaitWritesAreBounded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	const n = 3
+	var counts []*lineCounting
+	var waiters []*fairWaiter
+	for i := range n {
+		cc := &lineCounting{DynamoDBAPI: e.ddb}
+		counts = append(counts, cc)
+		c := e.clientOn(cc, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
+		waitForSleepers(t, clk, 2*i+1)
+		waiters = append(waiters, startFair(c, fmt.Sprintf("w%d", i), "k"))
+		waitForSleepers(t, clk, 2*i+2)
+	}
+	// Twenty retry periods of waiting on a held lock.
+	start := clk.Monotonic()
+	for clk.Monotonic()-start < 20*fairRetry {
+		waitForSleepers(t, clk, 2*n)
+		clk.AdvanceToNext()
+	}
+	for i, cc := range counts {
+		if w := cc.lineWrites.Load() + cc.lockWrites.Load(); w < 1 || w > 2 {
+			t.Errorf("w%d wrote %d times while waiting; want its coming into line, and a put on the lock when first in line", i, w)
+		}
+		if r := cc.lineReads.Load(); r < 15 {
+			t.Errorf("w%d read its line %d times in 20 retry periods; want one a period", i, r)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var finished atomic.Int32
+	for _, w := range waiters {
+		go func() {
+			<-w.done
+			if w.err == nil {
+				if err := w.lock.Release(ctx); err != nil {
+					t.Errorf("%s: Release: %v", w.name, err)
+				}
+			}
+			finished.Add(1)
+		}()
+	}
+	stepWhile(t, clk, func() int { return 2*n - int(finished.Load()) }, func() bool { return finished.Load() < n }, time.Minute)
+	for i, cc := range counts {
+		if waiters[i].err != nil {
+			t.Errorf("w%d: %v", i, waiters[i].err)
+		}
+		lw, kw := cc.lineWrites.Load(), cc.lockWrites.Load()
+		if lw < 2 || lw > 3 {
+			t.Errorf("w%d: %d writes on the line; want 2 or 3 (come, leave)", i, lw)
+		}
+		if kw < 2 || kw > 3 {
+			t.Errorf("w%d: %d writes on the lock; want 2 or 3 (a put that found it held, the put that took it, the release)", i, kw)
+		}
+		t.Logf("w%d: line %d writes %d reads; lock %d writes %d reads; lock writes %v", i, lw, cc.lineReads.Load(), kw, cc.lockReads.Load(), cc.writes)
+	}
+}
+
+// A semaphore's fair waiters take its slots in the order they came, from
+// one line for the whole semaphore.
+func TestFairSemaphoreWaitersInArrivalOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	hs := semaphoreOf(t, holder, "pool", 2)
+	var held []*ddblock.Lock
+	for range 2 {
+		l, err := hs.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	clk := fakeClock()
+	const n = 3
+	var waiters []*fairWaiter
+	for i := range n {
+		c := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
+		s := semaphoreOf(t, c, "pool", 2)
+		waitForSleepers(t, clk, 2*i+1)
+		w := &fairWaiter{name: fmt.Sprintf("w%d", i), done: make(chan struct{})}
+		go func() {
+			defer close(w.done)
+			w.lock, w.err = s.Acquire(ctx, ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(fairRetry), ddblock.WithRetryTimeout(time.Hour))
+		}()
+		waiters = append(waiters, w)
+		waitForSleepers(t, clk, 2*i+2)
+	}
+	if got := fmt.Sprint(tickets(t, holder, "pool")); got != "[]" {
+		t.Fatalf("the lock key's line: %s; a semaphore's line is at its metadata key", got)
+	}
+	line, err := holder.Line(ctx, "pool", "slots")
+	if err != nil || len(line.Tickets) != n {
+		t.Fatalf("the semaphore's line: %+v, %v; want %d tickets", line, err, n)
+	}
+	// Free one slot at a time: each goes to the first in line.
+	frees := []*ddblock.Lock{held[0], held[1]}
+	for i := range n {
+		if i < 2 {
+			if err := frees[i].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := waiters[0].lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pending := func() int {
+			k := 0
+			for _, w := range waiters {
+				if !w.finished() {
+					k++
+				}
+			}
+			return k
+		}
+		before := pending()
+		stepWhile(t, clk, func() int { return n + pending() }, func() bool { return pending() == before }, time.Minute)
+		for j, w := range waiters {
+			if got, want := w.finished(), j <= i; got != want {
+				t.Fatalf("after %d slots freed, w%d finished: %v; want %v", i+1, j, got, want)
+			}
+		}
+		if waiters[i].err != nil {
+			t.Fatalf("w%d: %v", i, waiters[i].err)
+		}
+	}
+}
+
+// Keys of lines are reserved, and a key too long for its line is
+// refused with fair waiting only.
+func TestFairWaitingBadKeys(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	if _, err := c.AcquireLock(ctx, "ddblock_line#k"); ddblock.CodeOf(err) != ddblock.CodeInvalidArgument {
+		t.Errorf("a line's key as a lock's: %v; want INVALID_ARGUMENT", err)
+	}
+	if _, err := c.NewSemaphore("ddblock_line#s", 2); ddblock.CodeOf(err) != ddblock.CodeInvalidArgument {
+		t.Errorf("a line's key as a semaphore's name: %v; want INVALID_ARGUMENT", err)
+	}
+	long := strings.Repeat("x", 2040)
+	if _, err := c.AcquireLock(ctx, long, ddblock.WithFairWaiting()); ddblock.CodeOf(err) != ddblock.CodeInvalidArgument {
+		t.Errorf("a key too long for its line: %v; want INVALID_ARGUMENT", err)
+	}
+	l, err := c.AcquireLock(ctx, long)
+	if err != nil {
+		t.Fatalf("the same key without fair waiting: %v", err)
+	}
+	_ = l.Release(ctx)
+}
