@@ -267,8 +267,8 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 type lineCounting struct {
 	ddblock.DynamoDBAPI
 	lineWrites, lineReads, lockWrites, lockReads atomic.Int32
-	mu                                          sync.Mutex
-	writes                                      []string // lock writes, in order, with their outcomes
+	mu                                           sync.Mutex
+	writes                                       []string // lock writes, in order, with their outcomes
 }
 
 func (c *lineCounting) wrote(op string, err error) {

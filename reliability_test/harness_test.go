@@ -60,7 +60,10 @@ type chaosConfig struct {
 	// SemaphoreSlots, when positive, makes some holders take the keys as
 	// semaphores of that many slots (see semaphore_test.go).
 	SemaphoreSlots int
-	Seed           uint64
+	// Fair makes the even in-process slots and the workers' even clients
+	// wait fairly (mutexcheck.Fair), among the others that do not.
+	Fair bool
+	Seed uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
@@ -267,6 +270,9 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 	ddb := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
+	if c.cfg.Fair && i%2 == 0 {
+		fl = mutexcheck.Fair(fl)
+	}
 	for gen := 1; ctx.Err() == nil; gen++ {
 		name := fmt.Sprintf("g%d.%d-%s", i, gen, fl.Name)
 		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
@@ -281,7 +287,7 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
 			LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
 			AcquireTimeout: 3 * time.Second,
-			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)},
+			AcquireOptions: append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)}, fl.Acquire...),
 			UseWithLock:    i%4 == 1,
 			UseElection:    i%4 == 3,
 			UseSemaphore:   c.cfg.SemaphoreSlots > 0 && i%4 == 2,
@@ -581,6 +587,7 @@ func (w *workerSlot) start() {
 		// Every other worker's odd clients campaign in elections.
 		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
 		"-semaphore-slots", fmt.Sprint(cfg.SemaphoreSlots),
+		fmt.Sprintf("-fair=%v", cfg.Fair),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
 	stdin, err := cmd.StdinPipe()

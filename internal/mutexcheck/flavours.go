@@ -12,6 +12,17 @@ import (
 type Flavour struct {
 	Name    string
 	Options []ddblock.Option
+	// Acquire are options its holders add to every acquire (see Fair).
+	Acquire []ddblock.AcquireOption
+}
+
+// Fair is fl with fair waiting ([ddblock.WithFairWaiting]) on every
+// acquire, named fl's name and "-fair": its holders wait in the keys'
+// lines, among holders of every other flavour that do not.
+func Fair(fl Flavour) Flavour {
+	fl.Name += "-fair"
+	fl.Acquire = append(append([]ddblock.AcquireOption(nil), fl.Acquire...), ddblock.WithFairWaiting())
+	return fl
 }
 
 // Flavours returns the client set-ups a run mixes:

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,6 +66,7 @@ func main() {
 		skew       = flag.Duration("max-clock-skew", 50*time.Millisecond, "MaxClockSkew of the fast flavour")
 		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
 		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
+		fair       = flag.Bool("fair", false, "even clients wait fairly (mutexcheck.Fair)")
 		semSlots   = flag.Int("semaphore-slots", 0, "when positive, even clients take the keys as semaphores of this many slots")
 		counters   = flag.String("counter-table", "", "run the lost-update workload on the counter items of this table")
 		guarded    = flag.Bool("guarded", false, "with -counter-table: write the counters with guarded writes")
@@ -101,7 +103,13 @@ func main() {
 	}
 	flavours := mutexcheck.Flavours(*skew)
 	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
-		hold, counter, *attempts, *seed, func(i int) mutexcheck.Flavour { return flavours[(*flavour+i)%len(flavours)] }); err != nil {
+		hold, counter, *attempts, *seed, func(i int) mutexcheck.Flavour {
+			fl := flavours[(*flavour+i)%len(flavours)]
+			if *fair && i%2 == 0 {
+				fl = mutexcheck.Fair(fl)
+			}
+			return fl
+		}); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	}
@@ -159,7 +167,7 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 				Guarded: counter.Guarded, IncMin: counter.IncMin, IncMax: counter.IncMax,
 				StallShare: counter.StallShare, Stall: counter.Stall,
 				CallTimeout: counter.CallTimeout, ResolveFor: counter.ResolveFor,
-				AcquireTimeout: hold.AcquireTimeout, AcquireOptions: hold.AcquireOptions,
+				AcquireTimeout: hold.AcquireTimeout, AcquireOptions: append(slices.Clone(hold.AcquireOptions), fl.Acquire...),
 				UseWithLock:  i%2 == 1 && !hold.UseElection,
 				UseElection:  i%2 == 1 && hold.UseElection,
 				UseSemaphore: i%2 == 0 && hold.Slots > 0,
@@ -180,7 +188,7 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			HoldMin: hold.HoldMin, HoldMax: hold.HoldMax,
 			LongShare: hold.LongShare, LongMin: hold.LongMin, LongMax: hold.LongMax,
 			StepEvery: hold.StepEvery, AcquireTimeout: hold.AcquireTimeout,
-			AcquireOptions: hold.AcquireOptions,
+			AcquireOptions: append(slices.Clone(hold.AcquireOptions), fl.Acquire...),
 			UseWithLock:    i%2 == 1 && !hold.UseElection,
 			UseElection:    i%2 == 1 && hold.UseElection,
 			UseSemaphore:   i%2 == 0 && hold.Slots > 0,
