@@ -497,6 +497,16 @@ func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineI
 	return &LineInfo{PartitionKey: partitionKey, SortKey: sortKey, Tickets: tickets}, nil
 }
 
+// Line reads the line of the semaphore's fair waiters (see
+// [Client.Line]).
+func (s *Semaphore) Line(ctx context.Context) (*LineInfo, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	pk, sk := s.metaKey()
+	return s.c.Line(ctx, pk, sk)
+}
+
 // ListLines returns the line of fair waiters of every key that has one,
 // with a strongly consistent Scan of the table (lines are not listed by
 // [Client.ListLocks]).

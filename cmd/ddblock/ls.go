@@ -50,7 +50,13 @@ then waiters take all its locks over together), and whose ATTRIBUTES
 column lists the locks that name it. With --json, such a lock has a
 "session" object (key, lease_seconds, item_present,
 record_version_number) and a session item has "session_item": true and
-"session_locks" (its locks' keys; absent when none names it).`
+"session_locks" (its locks' keys; absent when none names it).
+
+Fair waiters (ddblock run --fair, WithFairWaiting) wait in a line per key,
+an item of its own (partition key ddblock_line#KEY) that is not listed as
+a lock. Below the locks, ls shows each line: the key (for a semaphore, its
+name and sort key "slots"), how many wait in it, and who is first and
+since when. With --json, a lock with a line has "waiting" (how many).`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -137,6 +143,23 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			holders[i] = holderByStamp(l, now)
 		}
 	}
+	// The lines of fair waiters.
+	var lines []*ddblock.LineInfo
+	for line, err := range client.ListLines(ctx) {
+		if err != nil {
+			return libError(err, conn.table)
+		}
+		if len(line.Tickets) > 0 && (!f.isSet("key") || line.PartitionKey == key) {
+			lines = append(lines, line)
+		}
+	}
+	slices.SortFunc(lines, func(a, b *ddblock.LineInfo) int {
+		return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
+	})
+	waiting := map[[2]string]int{}
+	for _, line := range lines {
+		waiting[[2]string{line.PartitionKey, line.SortKey}] = len(line.Tickets)
+	}
 	// The locks of each session item listed.
 	onSession := map[string][]lockKeyJSON{}
 	for _, l := range locks {
@@ -148,6 +171,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		out := make([]lockJSON, 0, len(locks))
 		for i, l := range locks {
 			j := toJSON(l, holders[i])
+			j.Waiting = waiting[[2]string{l.PartitionKey, l.SortKey}]
 			if l.IsSession {
 				j.SessionLocks = onSession[l.PartitionKey]
 			}
@@ -157,7 +181,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	}
 	if len(locks) == 0 {
 		fmt.Fprintf(env.stdout, "no locks in table %q\n", conn.table)
-		return nil
+		return writeLines(env.stdout, lines, conn.pkOnly)
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if conn.pkOnly {
@@ -176,6 +200,38 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, ownerText(l), holders[i].text(),
 			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), attrs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeLines(env.stdout, lines, conn.pkOnly)
+}
+
+// writeLines prints the lines of fair waiters, after a blank line; nothing
+// when there are none.
+func writeLines(w io.Writer, lines []*ddblock.LineInfo, pkOnly bool) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if pkOnly {
+		fmt.Fprintln(tw, "WAITING IN LINE FOR\tWAITING\tFIRST IN LINE\tSINCE")
+	} else {
+		fmt.Fprintln(tw, "WAITING IN LINE FOR\tSORT KEY\tWAITING\tFIRST IN LINE\tSINCE")
+	}
+	now := time.Now()
+	for _, line := range lines {
+		sk := cell(line.SortKey) + "\t"
+		if pkOnly {
+			sk = ""
+		}
+		first := line.Tickets[0]
+		since := "-"
+		if !first.Since.IsZero() {
+			since = now.Sub(first.Since).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s%d\t%s\t%s\n", cell(line.PartitionKey), sk, len(line.Tickets), cell(first.OwnerName), since)
 	}
 	return tw.Flush()
 }
@@ -281,6 +337,9 @@ type lockJSON struct {
 	// SessionLocks are, for a session item listed by ls, the locks
 	// listed with it that name it; absent when none does.
 	SessionLocks []lockKeyJSON `json:"session_locks,omitempty"`
+	// Waiting is how many fair waiters wait in the lock's line; absent
+	// when none does.
+	Waiting int `json:"waiting,omitempty"`
 }
 
 // lockKeyJSON names one lock.

@@ -38,6 +38,14 @@ DDBLOCK_SLOT gives COMMAND its index, 0 to N-1. Every run on KEY must
 give the same N: the first writes it in the table, and a run with
 another N is refused with exit status 78.
 
+With --fair, ddblock waits in the key's line (the semaphore's, with
+--slots): among the runs and library clients that wait fairly for KEY, the
+lock goes to the one that came first. Waiters that do not wait in line
+(runs without --fair, Python clients) may still take it ahead of the line;
+two holders at once are never possible. A waiter killed or paused while
+first in line loses its place after a few retry periods. 'ddblock ls'
+shows how many wait in line. See doc/fair-waiting.md.
+
 With --session, the lock (or slot) is attached to a session item of its
 own (partition key ddblock_session#<random>): the lock item is written
 once, with a year-long lease that clients without sessions (Python's)
@@ -173,6 +181,8 @@ type runner struct {
 	// sem; the lock is then one of its slots.
 	slots int
 	sem   *ddblock.Semaphore
+	// fair: wait in the key's line of fair waiters.
+	fair bool
 }
 
 func cmdRun(ctx context.Context, env *environ, args []string) error {
@@ -182,6 +192,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		owner                         string
 		fencing                       bool
 		session                       bool
+		fair                          bool
 		maxSkew                       time.Duration
 		attrs                         = attrFlag{}
 	)
@@ -198,6 +209,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.DurationVar(&maxSkew, "max-clock-skew", 0, "take over a crashed holder's lock as soon as its wall-clock stamp plus its\nlease plus this has passed, instead of watching it for a whole lease; and\nstamp this lock so others can do the same. Safe only if no two hosts'\nclocks differ by more (0: off)")
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
 	f.BoolVar(&session, "session", false, "attach the lock to a session item of its own and heartbeat that\ninstead of the lock (see above)")
+	f.BoolVar(&fair, "fair", false, "wait in line: among runs (and library clients) that wait fairly for KEY,\nthe lock (or a slot) goes to the one that came first (see above)")
 	f.IntVar(&r.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY: at most N commands at once\n(0: KEY is a plain lock)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
@@ -235,6 +247,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		r.wait = tm.lease + tm.heartbeat
 	}
 	r.lease = tm.lease
+	r.fair = fair
 	for k, v := range attrs {
 		if r.attrs == nil {
 			r.attrs = map[string]types.AttributeValue{}
@@ -336,19 +349,48 @@ func (r *runner) acquire(ctx context.Context) (*ddblock.Lock, error) {
 	}
 }
 
+// inLine is how many wait in the key's line, with --fair; 0 without.
+func (r *runner) inLine(ctx context.Context) (int, error) {
+	if !r.fair {
+		return 0, nil
+	}
+	var line *ddblock.LineInfo
+	var err error
+	if r.sem != nil {
+		line, err = r.sem.Line(ctx)
+	} else {
+		line, err = r.client.Line(ctx, r.key, r.sortKey)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(line.Tickets), nil
+}
+
 // waitForLock tries once; if the lock is held, it says by whom and waits
 // for it up to --wait.
 func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	start := time.Now()
 	take := func(wait time.Duration) (*ddblock.Lock, error) {
 		opts := []ddblock.AcquireOption{ddblock.WithRetryTimeout(wait), ddblock.WithAdditionalAttributes(r.attrs)}
+		if r.fair {
+			opts = append(opts, ddblock.WithFairWaiting())
+		}
 		if r.sem != nil {
 			return r.sem.Acquire(ctx, opts...)
 		}
 		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
 	}
 	name := r.name()
-	lock, err := take(0)
+	var lock *ddblock.Lock
+	var err error
+	if waiting, lerr := r.inLine(ctx); lerr == nil && waiting > 0 {
+		// Others wait in line: a first try would only take a place and
+		// give it up again.
+		err = &ddblock.Error{Code: ddblock.CodeAcquireTimeout, Message: fmt.Sprintf("%d wait in line", waiting)}
+	} else {
+		lock, err = take(0)
+	}
 	holder := "someone else"
 	switch {
 	case err == nil:
