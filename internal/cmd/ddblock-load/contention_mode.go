@@ -11,10 +11,10 @@ import (
 )
 
 // waitMode is how the contenders of the contention scenario wait for
-// their key (--wait-mode). Today there is one, "unfair": the library's
-// polling. A new mode (fair waiting, issue 26) is one more type and one
-// more entry in waitModes; the scenario, the workers and the report take
-// it from there.
+// their key (--wait-mode): "unfair", the library's polling, and "fair",
+// waiting in the key's line (ddblock.WithFairWaiting). A new mode is one
+// more type and one more entry in waitModes; the scenario, the workers
+// and the report take it from there.
 type waitMode interface {
 	// clientOptions are the options a contender's client needs for the
 	// mode, on top of the scenario's own (table, timings, logger).
@@ -30,6 +30,7 @@ type waitMode interface {
 // waitModes are the modes --wait-mode can name.
 var waitModes = map[string]waitMode{
 	"unfair": pollingWait{},
+	"fair":   fairWait{},
 }
 
 // waitModeNames lists the modes, for flag help and errors.
@@ -63,5 +64,20 @@ func (pollingWait) acquire(ctx context.Context, c *ddblock.Client, key string, r
 }
 
 func (pollingWait) release(ctx context.Context, l *ddblock.Lock) error {
+	return l.Release(ctx, ddblock.WithBestEffort(false))
+}
+
+// fairWait waits in the key's line of fair waiters: only the first in
+// line tries the lock, so the lock goes round in the order the
+// contenders came back for it.
+type fairWait struct{}
+
+func (fairWait) clientOptions() []ddblock.Option { return nil }
+
+func (fairWait) acquire(ctx context.Context, c *ddblock.Client, key string, retry, timeout time.Duration) (*ddblock.Lock, error) {
+	return c.AcquireLock(ctx, key, ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(timeout))
+}
+
+func (fairWait) release(ctx context.Context, l *ddblock.Lock) error {
 	return l.Release(ctx, ddblock.WithBestEffort(false))
 }
