@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -282,7 +283,9 @@ func (w *countingDDB) count(key map[string]types.AttributeValue, add func(*wireC
 	}
 	pk := ""
 	if v, ok := key[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS); ok {
-		pk = v.Value
+		// A key's line of fair waiters (--wait-mode fair) is counted
+		// with the key: its calls are part of waiting for it.
+		pk = strings.TrimPrefix(v.Value, "ddblock_line#")
 	}
 	w.mu.Lock()
 	c := w.counts[pk]
