@@ -37,6 +37,11 @@ const (
 	// semaphore's slots) may have at most Token holders at once; Key is
 	// the group, Tenure the holder that says so.
 	Limit EventKind = 'L'
+	// Resize: a resize of the group Key to Token slots, named Tenure;
+	// Note is "begin" (logged before the call), "done" (after it
+	// returned success: acknowledged) or "failed" (it returned an error,
+	// and may have written the new number all the same).
+	Resize EventKind = 'Z'
 )
 
 // Event is one line of a holder's log.
@@ -118,6 +123,12 @@ func (l *Log) Limit(holder, group string, t int64, n int) {
 	l.write(fmt.Sprintf("L %s %s %d %d\n", word(holder), word(group), t, n))
 }
 
+// Resize records a phase of a resize of group to n slots: "begin" just
+// before the call, then "done" once it returned success, or "failed".
+func (l *Log) Resize(resize, group string, t int64, n int, phase string) {
+	l.write(fmt.Sprintf("Z %s %s %d %d %s\n", word(resize), word(group), t, n, word(phase)))
+}
+
 // word keeps a name on one field of a line.
 func word(s string) string {
 	if s == "" {
@@ -153,7 +164,7 @@ func parseLine(line string) (Event, error) {
 		return Event{}, errors.New("no event kind")
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
-	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5}[ev.Kind]
+	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5, Resize: 6}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
 	}
@@ -184,6 +195,16 @@ func parseLine(line string) (Event, error) {
 		n, err := strconv.ParseInt(f[4], 10, 64)
 		if err != nil || n < 1 {
 			return Event{}, fmt.Errorf("limit %q: want a positive number", f[4])
+		}
+		ev.Token = n
+	case Resize:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[5]
+		n, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil || n < 1 {
+			return Event{}, fmt.Errorf("resize to %q: want a positive number", f[4])
+		}
+		if ev.Note != "begin" && ev.Note != "done" && ev.Note != "failed" {
+			return Event{}, fmt.Errorf("resize phase %q: want begin, done or failed", ev.Note)
 		}
 		ev.Token = n
 	}
