@@ -488,6 +488,10 @@ func (r Report) Summary() string {
 	if len(r.Limits) > 0 {
 		parts := make([]string, 0, len(r.Limits))
 		for _, g := range slices.Sorted(maps.Keys(r.Limits)) {
+			if r.Resizes[g] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d (declared limit %d, then resized)", g, r.PeakHolders[g], r.Limits[g]))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%s %d of %d", g, r.PeakHolders[g], r.Limits[g]))
 		}
 		fmt.Fprintf(&b, "semaphores: %d working tenures of their slots; most holders at once: %s; OVER THE LIMIT %d\n",
