@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,4 +191,52 @@ func lineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// On a table without a sort key, where a semaphore's items are the keys
+// NAME#slot-I and NAME#slots, ls (with and without --key), get, release
+// and resize treat the semaphore as on any table.
+func TestSemaphoreCommandsPartitionKeyOnly(t *testing.T) {
+	f := newFixture(t)
+	f.table += "_pk_only"
+	pk := []string{"--partition-key-only"}
+	if r := f.run("create-table", append(pk, "--on-demand", "--poll-interval", "10ms")...); r.code != 0 {
+		t.Fatalf("create-table: %v", r)
+	}
+	c, err := ddblock.New(sdk, ddblock.WithTableName(f.table), ddblock.WithPartitionKeyOnly(),
+		ddblock.WithOwnerName("pk-holder"), ddblock.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(context.Background(), true) }()
+	s, err := c.NewSemaphore("pool", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := s.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, _ := s.SlotOf(lock)
+	for _, args := range [][]string{pk, append(slices.Clone(pk), "--key", "pool")} {
+		r := f.run("ls", args...)
+		if l := strings.Fields(lineWith(r.stdout, "pool ")); r.code != 0 || len(l) < 4 || l[1] != "2" || l[2] != "1" ||
+			!strings.Contains(r.stdout, fmt.Sprintf("slot-%d pk-holder", slot)) || strings.Contains(r.stdout, "pool#slot") {
+			t.Errorf("ls %v: want the semaphore as one line, one slot held: %v", args, r)
+		}
+	}
+	if r := f.run("get", append(pk, "pool#slots")...); r.code != 0 || !strings.Contains(r.stdout, "metadata item of semaphore pool (2 slots)") ||
+		!strings.Contains(r.stdout, `ddblock get pool#slot-0`) {
+		t.Errorf("get of the metadata item: %v", r)
+	}
+	r := f.run("release", append(pk, "--force", "pool#slots")...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "ddblock release --force pool#slot-I") {
+		t.Errorf("release of the metadata item: %v", r)
+	}
+	if r := f.run("resize", append(pk, "pool", "3")...); r.code != 0 {
+		t.Errorf("resize: %v", r)
+	}
+	if r := f.run("ls", append(pk, "--json")...); r.code != 0 || !strings.Contains(r.stdout, `"key": "pool#slots"`) || !strings.Contains(r.stdout, `"slots": 3`) {
+		t.Errorf("ls --json after the resize: %v", r)
+	}
 }

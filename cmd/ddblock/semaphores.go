@@ -106,6 +106,20 @@ func groupSemaphores(ctx context.Context, client *ddblock.Client, conn *connFlag
 			restHolders = append(restHolders, holders[i])
 		}
 	}
+	if only != "" && conn.pkOnly {
+		// Without a sort key the slots have keys of their own
+		// ("NAME#slot-I"), which a listing by the partition key NAME
+		// does not find: GetSemaphore read them.
+		now := time.Now()
+		for _, e := range entries {
+			for _, l := range e.info.Holders {
+				slot, _ := e.info.Slot(l.PartitionKey, l.SortKey)
+				e.slots = append(e.slots, slot)
+				e.locks = append(e.locks, l)
+				e.holders = append(e.holders, holderByStamp(l, now))
+			}
+		}
+	}
 	return restLocks, restHolders, entries, nil
 }
 
