@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ddblock/ddblock"
 )
@@ -64,4 +65,63 @@ func ExampleSemaphore() {
 	// third: every slot is held
 	// third got the freed slot: true
 	// SEMAPHORE_MISMATCH
+}
+
+// An operator lowers a semaphore from 3 slots to 2 while slot 2 is held.
+// The new number is in force at once for new holders; Resize returns
+// once the holder of slot 2, which keeps its slot until then, released
+// it: from then on at most 2 hold, whatever number the clients asked for.
+func ExampleSemaphore_Resize() {
+	ctx := context.Background()
+	ddb, table := exampleDynamoDB()
+	client, err := ddblock.New(ddb, ddblock.WithTableName(table), ddblock.WithOwnerName("operator"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx, true)
+
+	pool, err := client.NewSemaphore("reindex", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var held []*ddblock.Lock
+	for range 3 {
+		lock, err := pool.Acquire(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		held = append(held, lock)
+	}
+
+	// Not yet: slot 2 is held. The context bounds the wait.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = pool.Resize(short, 2)
+	cancel()
+	fmt.Println(ddblock.CodeOf(err), pool.Slots())
+
+	for _, lock := range held {
+		if slot, _ := pool.SlotOf(lock); slot == 2 {
+			lock.Release(ctx) // its holder finishes in its own time
+		}
+	}
+	if err := pool.Resize(ctx, 2); err != nil {
+		log.Fatal(err)
+	}
+	info, err := client.GetSemaphore(ctx, "reindex")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(info.Slots, "slots,", len(info.Holders), "held,", info.Resizes, "resizes")
+
+	// A client still configured with 3 follows the new number.
+	old, err := client.NewSemaphore("reindex", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = old.TryAcquire(ctx)
+	fmt.Println(ddblock.CodeOf(err), old.Slots())
+	// Output:
+	// LOCK_HELD 2
+	// 2 slots, 2 held, 2 resizes
+	// LOCK_HELD 2
 }
