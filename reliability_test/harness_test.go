@@ -65,7 +65,7 @@ type chaosConfig struct {
 	// semaphore_test.go).
 	ResizeTo    []int
 	ResizeEvery time.Duration
-	Seed           uint64
+	Seed        uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
