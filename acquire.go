@@ -64,6 +64,9 @@ func (c *Client) TryAcquireLock(ctx context.Context, partitionKey string, opts .
 }
 
 func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []AcquireOption) (*Lock, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}

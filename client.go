@@ -120,6 +120,9 @@ type Stats struct {
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
+	if c.usable() != nil {
+		return Stats{}
+	}
 	c.mu.Lock()
 	held := len(c.locks)
 	c.mu.Unlock()
@@ -220,7 +223,12 @@ func (g *doneGroup) finish() {
 }
 
 // Options returns the client's settings, defaults filled in.
-func (c *Client) Options() Options { return c.opts }
+func (c *Client) Options() Options {
+	if c == nil {
+		return Options{}
+	}
+	return c.opts
+}
 
 // register adds a freshly acquired lock to the held set, and to the
 // heartbeats or to its session. It fails when the client was closed
@@ -271,7 +279,12 @@ func (c *Client) heldLocks() []*Lock {
 }
 
 // HeldLocks returns the locks this client holds now, in no order.
-func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
+func (c *Client) HeldLocks() []*Lock {
+	if c.usable() != nil {
+		return nil
+	}
+	return c.heldLocks()
+}
 
 // Close shuts the client down, in the manner of http.Server.Shutdown.
 //
@@ -299,6 +312,9 @@ func (c *Client) HeldLocks() []*Lock { return c.heldLocks() }
 // calls still in flight are cancelled then, and end at once. A later Close
 // waits again, and returns nil once everything has finished.
 func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

@@ -121,6 +121,9 @@ type Error struct {
 
 // Error formats the error as "ddblock: CODE: message (key "pk"/"sk"): cause".
 func (e *Error) Error() string {
+	if e == nil {
+		return "ddblock: <nil>"
+	}
 	var b strings.Builder
 	b.WriteString("ddblock: ")
 	b.WriteString(string(e.Code))
@@ -147,11 +150,19 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Is reports whether target is the sentinel for e's code, so that
 // errors.Is(err, ddblock.ErrAcquireTimeout) works through any wrapping.
 func (e *Error) Is(target error) bool {
+	if e == nil {
+		return false
+	}
 	s, ok := target.(*Error)
 	return ok && s.isSentinel() && s.Code == e.Code
 }

@@ -66,6 +66,9 @@ type GuardedWriteError struct {
 
 // Error says which action failed, if one did, and the SDK's error.
 func (e *GuardedWriteError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	if e.Action >= 0 {
 		fmt.Fprintf(&b, "action %d: ", e.Action)
@@ -77,7 +80,12 @@ func (e *GuardedWriteError) Error() string {
 }
 
 // Unwrap returns the AWS SDK's error.
-func (e *GuardedWriteError) Unwrap() error { return e.Err }
+func (e *GuardedWriteError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Guard returns the action that guards a write with the lock: a
 // ConditionCheck on the lock item that holds while the item names this
@@ -277,7 +285,15 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 	return true
 }
 
-// guardedWriteError explains a failed TransactWriteItems.
+// guardedWriteError explains a failed TransactWriteItems. The answer is
+// the SDK's last attempt's, and an earlier attempt of the same call may
+// have been sent and lost. It still says what happened, because every
+// attempt carries the same ClientRequestToken: DynamoDB answers a repeat
+// of a transaction that committed with success, and of one still under
+// way with TransactionInProgressException, so a cancellation on a later
+// attempt means no attempt committed. (A fault proxy that makes up a
+// cancellation without asking the server breaks this; real DynamoDB and
+// DynamoDB Local do not.)
 func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
 	var canceled *types.TransactionCanceledException

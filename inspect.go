@@ -42,6 +42,9 @@ func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error)
 // A lock item says who wrote it last, not that its holder is alive: a
 // crashed holder's item stays until someone takes it over.
 func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*LockInfo, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -107,6 +110,9 @@ func (c *Client) defaultSortKey(sk string) string {
 //
 //	for info, err := range client.ListLocks(ctx) { … }
 func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
+	if err := c.usable(); err != nil {
+		return failed(err)
+	}
 	if err := checkContext(ctx); err != nil {
 		return failed(err)
 	}
@@ -126,6 +132,9 @@ func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
 // ListLocksByPartitionKey returns the locks that share a partition key
 // (one per sort key), with a strongly consistent Query.
 func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey string) iter.Seq2[*LockInfo, error] {
+	if err := c.usable(); err != nil {
+		return failed(err)
+	}
 	if err := checkContext(ctx); err != nil {
 		return failed(err)
 	}

@@ -137,7 +137,12 @@ type SessionInfo struct {
 
 // ID returns Python's unique identifier of a lock:
 // quote(partition key) + "|" + quote(sort key).
-func (i *LockInfo) ID() string { return lockID(i.PartitionKey, i.SortKey) }
+func (i *LockInfo) ID() string {
+	if i == nil {
+		return ""
+	}
+	return lockID(i.PartitionKey, i.SortKey)
+}
 
 func lockID(pk, sk string) string { return pyQuote(pk) + "|" + pyQuote(sk) }
 

@@ -47,6 +47,11 @@ type Callback func(code Code, lock *Lock)
 //
 // Work done under a lock must stop when [Lock.Done] is closed: the lock
 // was released, stolen, went into danger, or the client was closed.
+//
+// A nil or zero Lock (not acquired through a Client) is no lock: Err,
+// Release and Context answer with an error of CodeInvalidArgument (Guard
+// and GuardedWrite with CodeLockNotHeld), Done is closed, and the other
+// methods return zero values.
 type Lock struct {
 	client    *Client
 	id        string
@@ -83,20 +88,45 @@ type Lock struct {
 }
 
 // PartitionKey returns the lock's partition key.
-func (l *Lock) PartitionKey() string { return l.pk }
+func (l *Lock) PartitionKey() string {
+	if l == nil {
+		return ""
+	}
+	return l.pk
+}
 
 // SortKey returns the lock's sort key.
-func (l *Lock) SortKey() string { return l.sk }
+func (l *Lock) SortKey() string {
+	if l == nil {
+		return ""
+	}
+	return l.sk
+}
 
 // ID returns Python's unique identifier of the lock:
 // quote(partition key) + "|" + quote(sort key).
-func (l *Lock) ID() string { return l.id }
+func (l *Lock) ID() string {
+	if l == nil {
+		return ""
+	}
+	return l.id
+}
 
 // OwnerName returns the owner name written in the item: this client's.
-func (l *Lock) OwnerName() string { return l.owner }
+func (l *Lock) OwnerName() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
 
 // LeaseDuration returns the lease written in the item.
-func (l *Lock) LeaseDuration() time.Duration { return l.lease }
+func (l *Lock) LeaseDuration() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.lease
+}
 
 // FencingToken returns the lock's fencing token: a number greater than
 // that of every earlier acquisition of the key, written in the same
@@ -105,30 +135,53 @@ func (l *Lock) LeaseDuration() time.Duration { return l.lease }
 // refuses requests with a smaller one: a holder that was paused past its
 // lease and does not know it yet is then turned away. It is 0 unless the
 // client has [Options.FencingTokens] or the key's item already counted.
-func (l *Lock) FencingToken() int64 { return l.token }
+func (l *Lock) FencingToken() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Tenure returns the identifier of this acquisition, written in the lock
 // item as ddblock_tenure and kept by every heartbeat: it changes only when
 // the key is acquired again, by anyone, this client included. A guarded
 // write is conditioned on it (see [Lock.GuardedWrite]).
-func (l *Lock) Tenure() string { return l.tenure }
+func (l *Lock) Tenure() string {
+	if l == nil {
+		return ""
+	}
+	return l.tenure
+}
 
 // TakenOverFrom returns the lock item this lock replaced when it was
 // taken from a holder presumed dead (its lease ran out unrefreshed, or
 // its wall-clock stamp was stale), so the caller can run recovery for
 // the work that holder may have left half done. It returns nil when the
 // lock was free or released.
-func (l *Lock) TakenOverFrom() *LockInfo { return l.takenFrom }
+func (l *Lock) TakenOverFrom() *LockInfo {
+	if l == nil {
+		return nil
+	}
+	return l.takenFrom
+}
 
 // AdditionalAttributes returns a copy of the application's attributes
 // stored with the lock.
 func (l *Lock) AdditionalAttributes() map[string]types.AttributeValue {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock() // Leadership.Proclaim replaces attrs
+	defer l.mu.Unlock()
 	return maps.Clone(l.attrs)
 }
 
 // RecordVersionNumber returns the version number most recently written;
 // it changes with every heartbeat.
 func (l *Lock) RecordVersionNumber() string {
+	if l == nil {
+		return ""
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.rvn
@@ -136,6 +189,9 @@ func (l *Lock) RecordVersionNumber() string {
 
 // ExpiryTime returns the TTL value most recently written.
 func (l *Lock) ExpiryTime() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiry
@@ -146,6 +202,9 @@ func (l *Lock) ExpiryTime() time.Time {
 // to a session, the session's heartbeats count: it is the later of the
 // lock's acquire and the session's last successful heartbeat.
 func (l *Lock) LastHeartbeat() time.Duration {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastRefreshLocked()
@@ -155,7 +214,7 @@ func (l *Lock) LastHeartbeat() time.Duration {
 // attached to (see [Options.SessionLease]), or "" for a lock heartbeated
 // on its own.
 func (l *Lock) SessionKey() string {
-	if l.session == nil {
+	if l == nil || l.session == nil {
 		return ""
 	}
 	return l.session.pk
@@ -183,6 +242,9 @@ func (l *Lock) pastSafePeriodLocked(now time.Duration) bool {
 
 // Info returns a snapshot of the lock as it stands in the table.
 func (l *Lock) Info() LockInfo {
+	if l == nil {
+		return LockInfo{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	info := LockInfo{
@@ -206,6 +268,9 @@ func (l *Lock) Info() LockInfo {
 // whose safe period has passed reads IN_DANGER even before the client's
 // monitor has run, as after the process was paused.
 func (l *Lock) Status() Status {
+	if l.usable() != nil {
+		return ""
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
@@ -216,7 +281,12 @@ func (l *Lock) Status() Status {
 // stop: the lock was released, stolen or went into danger, or the client
 // was closed. It stays closed even if the lock recovers from danger; see
 // [Lock.Status]. [Lock.Err] gives the latest reason.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+func (l *Lock) Done() <-chan struct{} {
+	if l.usable() != nil {
+		return closedChan
+	}
+	return l.done
+}
 
 // Err returns nil while the lock is safe to work under; afterwards, why
 // it is not: an *Error with CodeLockReleased, CodeLockStolen,
@@ -229,6 +299,9 @@ func (l *Lock) Done() <-chan struct{} { return l.done }
 // danger. Like Status it checks the clock itself: call it right before a
 // write that the lock protects.
 func (l *Lock) Err() error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
@@ -245,13 +318,14 @@ func (l *Lock) Err() error {
 // Done channel may lag that instant: check Err before each step that the
 // lock protects.
 //
-// A nil parent gives a context that is already cancelled, its cause an
-// error of CodeInvalidArgument.
+// A nil parent, or a nil or zero Lock, gives a context that is already
+// cancelled, its cause an error of CodeInvalidArgument.
 func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	if err := l.usable(); err != nil {
+		return cancelledContext(err), func() {}
+	}
 	if err := checkContext(parent); err != nil {
-		inner, cancelCause := context.WithCancelCause(context.Background())
-		cancelCause(err)
-		return inner, func() {}
+		return cancelledContext(err), func() {}
 	}
 	inner, cancelCause := context.WithCancelCause(parent)
 	ctx = lockContext{Context: inner, lock: l}
@@ -292,6 +366,9 @@ func (c lockContext) Err() error {
 
 // Release gives the lock back; see [Client.ReleaseLock].
 func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	return l.client.ReleaseLock(ctx, l, opts...)
 }
 

@@ -79,6 +79,15 @@ type Semaphore struct {
 // that is not UTF-8 or too long for DynamoDB's keys once a slot's suffix
 // is added, and a number of slots below 1 or above [MaxSemaphoreSlots].
 func (c *Client) NewSemaphore(name string, slots int) (*Semaphore, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(name, sessionKeyPrefix) {
+		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for session items", sessionKeyPrefix))
+	}
+	if c.isClosed() {
+		return nil, &Error{Code: CodeClientShutdown, Message: "the client is closed", PartitionKey: name}
+	}
 	var errs []error
 	if slots < 1 || slots > MaxSemaphoreSlots {
 		errs = append(errs, invalidArg("Slots", fmt.Sprintf("must be from 1 to %d, got %d", MaxSemaphoreSlots, slots)))
@@ -117,13 +126,24 @@ func (s *Semaphore) checkKeys(slots int) *Error {
 }
 
 // Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 // Slots returns the semaphore's number of slots: the number in force as
 // this Semaphore last read it from the table (by Acquire, TryAcquire,
 // Holders or Resize), and until then the number NewSemaphore was given.
-// After a Resize by any client it may differ from that number.
-func (s *Semaphore) Slots() int { return int(s.slots.Load()) }
+// After a Resize by any client it may differ from that number. A nil
+// Semaphore has 0.
+func (s *Semaphore) Slots() int {
+	if s == nil {
+		return 0
+	}
+	return int(s.slots.Load())
+}
 
 // slotKey returns slot i's key.
 func (s *Semaphore) slotKey(i int) (pk, sk string) {
@@ -147,7 +167,7 @@ func (s *Semaphore) metaKey() (pk, sk string) {
 // index is below Slots() except for a slot held from before a Resize to
 // fewer slots.
 func (s *Semaphore) SlotOf(lock *Lock) (int, bool) {
-	if lock == nil {
+	if s.usable() != nil || lock == nil {
 		return 0, false
 	}
 	return s.slotOfKey(lock.pk, lock.sk)
@@ -215,6 +235,9 @@ type semaphoreAcquire struct {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -585,6 +608,9 @@ func (s *Semaphore) mismatch(stored int) *Error {
 // fewer slots, which waits for them. It does not check the metadata
 // item's number against the one asked for, and does not write it.
 func (s *Semaphore) Holders(ctx context.Context) ([]*LockInfo, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -716,6 +742,9 @@ func (sa *semaphoreAcquire) fail(code Code, msg string, cause error) *Error {
 // the number while this one waited, and the errors of a failed read or
 // write (CodeTableNotFound, CodeInvalidItem, …).
 func (s *Semaphore) Resize(ctx context.Context, slots int) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -930,7 +959,7 @@ func (i *SemaphoreInfo) Slot(partitionKey, sortKey string) (int, bool) {
 // whether the key is one of a metadata item at all. It looks at the key
 // alone: [Client.GetSemaphore] reads the item.
 func (c *Client) SemaphoreNameOf(partitionKey, sortKey string) (string, bool) {
-	if c == nil {
+	if c.usable() != nil {
 		return "", false
 	}
 	if c.opts.PartitionKeyOnly {
@@ -949,8 +978,8 @@ func (c *Client) GetSemaphore(ctx context.Context, name string) (*SemaphoreInfo,
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	if c == nil || c.ddb == nil {
-		return nil, invalidArg("Client", "was not made with New")
+	if err := c.usable(); err != nil {
+		return nil, err
 	}
 	if name == "" || !utf8.ValidString(name) {
 		return nil, invalidArg("Name", "must be non-empty UTF-8")
@@ -978,6 +1007,9 @@ func (c *Client) GetSemaphore(ctx context.Context, name string) (*SemaphoreInfo,
 // CodeInvalidItem error and the listing goes on; a failed call yields
 // its error and ends the listing.
 func (c *Client) ListSemaphores(ctx context.Context) iter.Seq2[*SemaphoreInfo, error] {
+	if err := c.usable(); err != nil {
+		return func(yield func(*SemaphoreInfo, error) bool) { yield(nil, err) }
+	}
 	if err := checkContext(ctx); err != nil {
 		return func(yield func(*SemaphoreInfo, error) bool) { yield(nil, err) }
 	}

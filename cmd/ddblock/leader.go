@@ -21,11 +21,13 @@ when the lock NAME was taken without an Election (it has no leader
 value): it says so.
 
 With --watch it prints the leader at once and then a line for each
-change of leader (or "none" when leadership ends), each stamped with the
-time of the read that saw it (UTC, to the millisecond), from a read every
---every, until interrupted (exit 0). A failed read, or a lock NAME that
-is not an election's, is said once on stderr, and again only once
-something else was seen. Reads only.`
+change of leader, value or term (a new leadership, even of the same
+owner with the same value), or "none" when leadership ends, each stamped
+with the time of the read that saw it (UTC, to the millisecond), from a
+read every --every, until interrupted (exit 0). A change that comes and
+goes between two reads is not seen. A failed read, or a lock NAME that is
+not an election's, is said once on stderr, and again only once something
+else was seen. Reads only.`
 
 // leaderTime is how leader --watch stamps its lines: RFC 3339 in UTC, to
 // the millisecond.
@@ -104,7 +106,8 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 		case info == nil:
 			fmt.Fprintf(env.stdout, "%s\tnone\n", now)
 		default:
-			fmt.Fprintf(env.stdout, "%s\t%s\t(owner %s)\n", now, cell(info.Value), cell(info.Owner))
+			// The term tells a new leadership of the same owner and value.
+			fmt.Fprintf(env.stdout, "%s\tterm %s\t%s\t(owner %s)\n", now, cell(info.Term), cell(info.Value), cell(info.Owner))
 		}
 	}
 	return nil
