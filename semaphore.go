@@ -202,7 +202,8 @@ func (s *Semaphore) slotOfKey(pk, sk string) (int, bool) {
 // context's deadline, and the same errors (CodeAcquireTimeout,
 // CodeCanceled, CodeClientShutdown, CodeInvalidArgument,
 // CodeTableNotFound, CodeInvalidItem, …), plus CodeSemaphoreMismatch when
-// the semaphore was made with another number of slots.
+// the semaphore was made with another number of slots and never resized.
+// It takes only slots below the number in force (see Resize).
 //
 // Waiting costs reads only: each retry period it reads every slot and
 // the metadata item with one strongly consistent Query (a GetItem each
@@ -211,7 +212,9 @@ func (s *Semaphore) slotOfKey(pk, sk string) (int, bool) {
 // holder is presumed dead: the same record version number seen unchanged
 // for the slot's lease on this client's clock (or stale by its stamp,
 // with [Options.MaxClockSkew]). Contenders start at a random slot, so
-// that they do not all race for the first free one.
+// that they do not all race for the first free one. A slot won is
+// confirmed by one more read of the metadata item, and given back if a
+// Resize took it out of the semaphore meanwhile.
 //
 // WithSortKeyValue is refused: the semaphore names its slots.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lock, error) {
