@@ -736,10 +736,13 @@ func (sa *semaphoreAcquire) fail(code Code, msg string, cause error) *Error {
 // unchanged for its lease on this client's clock. It checks again every
 // heartbeat period of the client.
 //
-// Should ctx end first, the new number is in force all the same (no new
-// holder takes a slot above it) but holders above it remain: Resize then
-// returns an error of CodeLockHeld that names them and wraps the
-// context's cause; calling Resize again with the same number waits on.
+// Should ctx end once the new number is written, the number is in force
+// all the same (no new holder takes a slot above it) but holders above it
+// may remain: Resize then returns an error of CodeLockHeld that names
+// those it saw and wraps the context's cause; calling Resize again with
+// the same number waits on. Should ctx end before, Resize returns
+// CodeCanceled (or CodeAcquireTimeout for a deadline), as Acquire does,
+// and the number may or may not have been written.
 // It returns CodeInvalidArgument for a number below 1 or above
 // [MaxSemaphoreSlots], CodeSemaphoreMismatch when another Resize changed
 // the number while this one waited, and the errors of a failed read or
@@ -761,16 +764,30 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 	if c.isClosed() {
 		return s.fail(CodeClientShutdown, "the client is closed", nil)
 	}
-	version, err := s.writeSize(ctx, slots)
+	version, above, err := s.writeSize(ctx, slots)
 	if err != nil {
 		return err
 	}
 	s.slots.Store(int64(slots))
+	// From here on the new number is in force: a context that ends is
+	// answered with what is still held above it.
+	ended := func(err error) error {
+		if ctx.Err() == nil {
+			return err
+		}
+		if len(above) == 0 {
+			return s.fail(CodeLockHeld, fmt.Sprintf("resized to %d slots, but the context ended before the resize saw "+
+				"that no slot above is held; Resize again to wait for it", slots), context.Cause(ctx))
+		}
+		return s.fail(CodeLockHeld, fmt.Sprintf("resized to %d slots, but %s still held above it by their holders "+
+			"from before: no new holder takes a slot above %d, and these keep theirs until they release them; "+
+			"Resize again to wait for them", slots, describeSlots(s, above), slots-1), context.Cause(ctx))
+	}
 	watch := &semaphoreAcquire{retryLoop: retryLoop{c: c, start: c.clock.Monotonic()}, s: s}
 	for {
 		view, err := s.read(ctx)
 		if err != nil {
-			return s.resizeCallError(ctx, "reading the semaphore", err)
+			return ended(s.resizeCallError(ctx, "reading the semaphore", err))
 		}
 		if view.meta == nil || view.meta.resizes != version {
 			n := 0
@@ -779,21 +796,22 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 			}
 			return s.fail(CodeSemaphoreMismatch, fmt.Sprintf("resized again while this resize to %d slots waited (now %d slots)", slots, n), nil)
 		}
-		var above []*LockInfo
+		above = above[:0]
 		for _, i := range view.held() {
 			if i < slots {
 				continue
 			}
+			above = append(above, view.slots[i])
 			a := watch.slotAcquisition(i)
 			if err := a.look(ctx, view.slots[i]); err != nil {
-				return err
+				return ended(err)
 			}
 			if a.mayWrite() {
 				// Presumed dead: removed as a waiter would take it over.
 				pk, sk := s.slotKey(i)
 				err := c.giveBack(ctx, pk, sk, a.seen.RecordVersionNumber, a.seen.FencingToken > 0)
 				if err != nil && !isConditionFailed(err) {
-					return s.resizeCallError(ctx, "removing a slot of a holder presumed dead", err)
+					return ended(s.resizeCallError(ctx, "removing a slot of a holder presumed dead", err))
 				}
 				if err == nil {
 					c.observations.forget(a.id)
@@ -801,14 +819,13 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 						"owner", a.seen.OwnerName)
 				}
 			}
-			above = append(above, view.slots[i])
 		}
 		if len(above) == 0 {
 			if view.meta.span == slots {
 				return nil
 			}
 			if err := s.writeSpan(ctx, slots, version); err != nil {
-				return err
+				return ended(err)
 			}
 			continue // read once more: nothing may be above it now
 		}
@@ -817,9 +834,7 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 		case <-timer.C():
 		case <-ctx.Done():
 			timer.Stop()
-			return s.fail(CodeLockHeld, fmt.Sprintf("resized to %d slots, but %s still held above it by their holders "+
-				"from before: no new holder takes a slot above %d, and these keep theirs until they release them; "+
-				"Resize again to wait for them", slots, describeSlots(s, above), slots-1), context.Cause(ctx))
+			return ended(nil)
 		case <-c.ctx.Done():
 			timer.Stop()
 			return s.fail(CodeClientShutdown, "the client was closed while the resize waited", nil)
@@ -842,23 +857,27 @@ func describeSlots(s *Semaphore, held []*LockInfo) string {
 
 // writeSize writes slots as the number in force, conditioned on the
 // version read; it returns the version written.
-func (s *Semaphore) writeSize(ctx context.Context, slots int) (int, error) {
+func (s *Semaphore) writeSize(ctx context.Context, slots int) (version int, above []*LockInfo, err error) {
 	c := s.c
 	pk, sk := s.metaKey()
 	for {
 		view, err := s.read(ctx)
 		if err != nil {
-			return 0, s.resizeCallError(ctx, "reading the semaphore", err)
+			return 0, nil, s.resizeCallError(ctx, "reading the semaphore", err)
 		}
 		// Every slot index that may be held stays in the span until the
 		// resize has seen it free.
 		span := slots
-		if held := view.held(); len(held) > 0 {
-			span = max(span, held[len(held)-1]+1)
+		above = above[:0]
+		for _, i := range view.held() {
+			span = max(span, i+1)
+			if i >= slots {
+				above = append(above, view.slots[i])
+			}
 		}
 		item := c.codec.key(pk, sk)
 		in := &dynamodb.PutItemInput{TableName: aws.String(c.opts.TableName), Item: item}
-		version := 1
+		version = 1
 		if m := view.meta; m != nil {
 			span = max(span, m.span)
 			version = m.resizes + 1
@@ -881,16 +900,29 @@ func (s *Semaphore) writeSize(ctx context.Context, slots int) (int, error) {
 			item[attrSemaphoreSpan] = &types.AttributeValueMemberN{Value: strconv.Itoa(span)}
 		}
 		_, err = c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
+		if err != nil && !isConditionFailed(err) && outcomeUnknown(err) && s.written(ctx, slots, version) {
+			err = nil // the reply was lost (the context ended, say), not the write
+		}
 		switch {
 		case err == nil:
 			c.log.Info("ddblock: semaphore resized", "semaphore", s.name, "slots", slots, "resizes", version)
-			return version, nil
+			return version, above, nil
 		case isConditionFailed(err):
 			continue // another resize or a first Acquire wrote it: read again
 		default:
-			return 0, s.resizeCallError(ctx, "writing the semaphore's metadata", err)
+			return 0, nil, s.resizeCallError(ctx, "writing the semaphore's metadata", err)
 		}
 	}
+}
+
+// written reports whether the metadata item holds this resize's write,
+// read on a context of its own: the caller's may have ended while the
+// write was in flight.
+func (s *Semaphore) written(ctx context.Context, slots, version int) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.HeartbeatTimeout)
+	defer cancel()
+	meta, err := s.readMeta(rctx)
+	return err == nil && meta != nil && meta.slots == slots && meta.resizes == version
 }
 
 // writeSpan drops the span to slots once nothing is held above it,

@@ -319,11 +319,19 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				err := resizer.Resize(short, 2)
+				// Ended once the new number is written, however slow
+				// the machine: the resize is left waiting for slot 2.
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- resizer.Resize(rctx, 2) }()
+				for resizer.Slots() != 2 {
+					if _, err := resizer.Holders(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
 				cancel()
-				if !errors.Is(err, ddblock.ErrLockHeld) {
-					t.Fatalf("Resize with slot 2 held: %v; want LOCK_HELD", err)
+				if err := <-done; !errors.Is(err, ddblock.ErrLockHeld) {
+					t.Fatalf("Resize with slot 2 held, ended: %v; want LOCK_HELD", err)
 				}
 			}
 			log.Resize("r", "s", mutexcheck.Now(), 2, "done")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ddblock/ddblock"
@@ -124,7 +125,7 @@ func TestGetAndReleaseSemaphoreMetadata(t *testing.T) {
 }
 
 // resize grows at once; shrinking waits for the holders above the new
-// number (exit 75 naming them when --wait passes, the new number in
+// number (exit 75 naming them when interrupted, the new number in
 // force all the same), and exits 0 once they released. A run asking for
 // the old number follows the new one.
 func TestResize(t *testing.T) {
@@ -132,9 +133,21 @@ func TestResize(t *testing.T) {
 	ctx := context.Background()
 	locks := holdSlots(t, f, "pool", 3)
 
-	r := f.run("resize", "--wait", "300ms", "--every", "50ms", "pool", "2")
+	// Interrupted once the new number is written (however slow the
+	// machine), while it waits for slot 2.
+	p := f.start("resize", "--every", "50ms", "pool", "2")
+	watcher, err := f.holder("watcher").NewSemaphore("pool", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.eventuallyWhileRunning("the new number to be written", func() bool {
+		_, err := watcher.Holders(ctx)
+		return err == nil && watcher.Slots() == 2
+	})
+	p.signal(syscall.SIGINT)
+	r := p.wait()
 	if r.code != exitBusy {
-		t.Fatalf("resize with slot 2 held and --wait: want exit %d: %v", exitBusy, r)
+		t.Fatalf("resize with slot 2 held, interrupted: want exit %d: %v", exitBusy, r)
 	}
 	top := locks[2].OwnerName()
 	oneLineOn(t, r, fmt.Sprintf(`slot 2 (owner %q) is still held above it`, top))
@@ -153,7 +166,7 @@ func TestResize(t *testing.T) {
 		t.Fatalf("slot 2's holder lost its lock during the drain: %v", err)
 	}
 
-	p := f.start("resize", "--every", "50ms", "pool", "2")
+	p = f.start("resize", "--every", "50ms", "pool", "2")
 	p.eventuallyWhileRunning("resize to say what it waits for", func() bool { return strings.Contains(p.stdout.String(), "waiting for") })
 	if err := locks[2].Release(ctx); err != nil {
 		t.Fatal(err)
