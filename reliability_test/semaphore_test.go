@@ -115,7 +115,9 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
+			// Nothing here waits out a lease: a long safe period that a
+			// loaded machine cannot eat, so that no holder loses its slot.
+			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
 			steps := func(id string, lock *ddblock.Lock) {
@@ -273,7 +275,9 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
+			// Nothing here waits out a lease: a long safe period that a
+			// loaded machine cannot eat, so that no holder loses its slot.
+			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
 			steps := func(id string, lock *ddblock.Lock) {
