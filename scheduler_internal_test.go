@@ -134,7 +134,7 @@ func (s *sim) release(tg *simTarget) {
 	s.h.remove(&tg.sched)
 }
 
-func (tg *simTarget) prepareHeartbeat(context.Context) func() time.Duration {
+func (tg *simTarget) prepareHeartbeat() func() time.Duration {
 	s := tg.sim
 	s.mu.Lock()
 	defer s.mu.Unlock()
