@@ -285,7 +285,15 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 	return true
 }
 
-// guardedWriteError explains a failed TransactWriteItems.
+// guardedWriteError explains a failed TransactWriteItems. The answer is
+// the SDK's last attempt's, and an earlier attempt of the same call may
+// have been sent and lost. It still says what happened, because every
+// attempt carries the same ClientRequestToken: DynamoDB answers a repeat
+// of a transaction that committed with success, and of one still under
+// way with TransactionInProgressException, so a cancellation on a later
+// attempt means no attempt committed. (A fault proxy that makes up a
+// cancellation without asking the server breaks this; real DynamoDB and
+// DynamoDB Local do not.)
 func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
 	var canceled *types.TransactionCanceledException

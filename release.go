@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -82,6 +84,12 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
 	inflight := l.hbDone
 	l.mu.Unlock()
+	// Marking the lock released has just cancelled the contexts made from
+	// it (Lock.Context, WithLock's, an election's): ctx may be one of
+	// them, as when WithLock's function releases its own lock. That end
+	// must not cancel the release's own calls.
+	ctx, stop := l.survivingOwnEnd(ctx)
+	defer stop()
 	// A heartbeat in flight may still change the version number: wait for
 	// it, so that the delete names the number the item really carries.
 	if inflight != nil {
@@ -321,4 +329,41 @@ func neverSent(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// survivingOwnEnd returns a context for the calls of l's release: ctx,
+// except that ctx ending because l itself was released (its cause l's
+// LOCK_RELEASED, as for a context made by l.Context) does not end it; the
+// calls are then bounded by the heartbeat timeout instead.
+func (l *Lock) survivingOwnEnd(ctx context.Context) (context.Context, context.CancelFunc) {
+	ownEnd := func() bool {
+		var e *Error
+		return errors.As(context.Cause(ctx), &e) && e.Code == CodeLockReleased && e.PartitionKey == l.pk && e.SortKey == l.sk
+	}
+	if ctx.Err() != nil && !ownEnd() {
+		return ctx, func() {}
+	}
+	inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	stopWatch := context.AfterFunc(ctx, func() {
+		if !ownEnd() {
+			cancel(context.Cause(ctx))
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(l.client.opts.HeartbeatTimeout, func() {
+			cancel(l.lockError(CodeCanceled, "the release outlived its lock's context by the heartbeat timeout", nil))
+		})
+	})
+	return inner, func() {
+		stopWatch()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }

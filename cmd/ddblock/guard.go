@@ -17,24 +17,7 @@ package main
 // the command's group at once. When the guard dies, the kernel kills the
 // command (Linux) and ddblock kills the rest of the group.
 //
-// Messages, one line each. ddblock to guard (control pipe, the guard's
-// fd 3):
-//
-//	D <ns>      the lock is safe until <ns> on the shared clock
-//	T           stop the command now: SIGTERM, SIGKILL after the grace
-//	S <signo>   send this signal to the command's group
-//
-// Guard to ddblock (event pipe, the guard's fd 4):
-//
-//	P <pid>           the command started; <pid> leads its process group
-//	N                 the command was not started: the lock's safe period
-//	                  ran out first, or ddblock asked to stop (T) or died
-//	E <status> <msg>  the command could not be started (126 or 127)
-//	T deadline|asked  SIGTERM sent: the deadline passed, or ddblock asked
-//	K                 SIGKILL sent, the grace being over
-//	X <status>        the command ended; the shell's status (128+N: signal N)
-//
-// The guard exits after X (or E, or N).
+// The two speak the guard protocol, guardproto.go.
 
 import (
 	"bufio"
@@ -56,12 +39,6 @@ import (
 // guardCommand is the hidden subcommand that runs the guard. It is not
 // for people: it needs the pipes ddblock run hands it.
 const guardCommand = "__guard"
-
-// The guard's descriptors, as ExtraFiles put them.
-const (
-	guardControlFD = 3
-	guardEventFD   = 4
-)
 
 // guardRecheck bounds the guard's sleep, so that it reads the clock
 // again now and then whatever its timer says.
@@ -126,7 +103,7 @@ func (g *guard) run(path string, argv []string) int {
 	go readLines(g.control, msgs)
 	signals, ok := g.awaitStart(msgs)
 	if !ok {
-		g.report("N")
+		g.report(evNotStarted)
 		return 0
 	}
 	cmd := exec.Command(path, argv[1:]...)
@@ -138,11 +115,11 @@ func (g *guard) run(path string, argv []string) int {
 		if errors.Is(err, fs.ErrNotExist) {
 			status = exitCommandNotFound
 		}
-		g.report(fmt.Sprintf("E %d %s", status, oneLine(err.Error())))
+		g.report(evStartFailed, strconv.Itoa(status), oneLine(err.Error()))
 		return 0
 	}
 	g.pgid = cmd.Process.Pid
-	g.report("P " + strconv.Itoa(g.pgid))
+	g.report(evStarted, strconv.Itoa(g.pgid))
 	for _, sig := range signals {
 		g.signal(sig)
 	}
@@ -184,7 +161,7 @@ func (g *guard) run(path string, argv []string) int {
 				// working without the lock.
 				g.signal(syscall.SIGKILL)
 			}
-			g.report("X " + strconv.Itoa(status))
+			g.report(evExited, strconv.Itoa(status))
 			return 0
 		}
 	}
@@ -223,11 +200,10 @@ func (g *guard) awaitStart(msgs <-chan guardMsg) (signals []syscall.Signal, ok b
 		if m.eof {
 			return nil, false // ddblock is gone
 		}
-		kind, arg, _ := strings.Cut(m.line, " ")
-		switch kind {
-		case "T":
+		switch word, arg := parseLine(m.line); word {
+		case ctlTerminate:
 			return nil, false
-		case "S":
+		case ctlSignal:
 			if n, err := strconv.Atoi(arg); err == nil {
 				signals = append(signals, syscall.Signal(n))
 			}
@@ -255,7 +231,7 @@ func (g *guard) check() {
 	now := machineNow()
 	switch {
 	case !g.terminating && now >= g.deadline:
-		g.terminate("deadline")
+		g.terminate(termDeadline)
 	case g.terminating && !g.killed && now >= g.killAt:
 		g.kill()
 	}
@@ -270,17 +246,16 @@ func (g *guard) handle(m guardMsg) bool {
 		g.signal(syscall.SIGKILL)
 		return false
 	}
-	kind, arg, _ := strings.Cut(m.line, " ")
-	switch kind {
-	case "D":
+	switch word, arg := parseLine(m.line); word {
+	case ctlDeadline:
 		if d, err := strconv.ParseInt(arg, 10, 64); err == nil && d > g.deadline {
 			g.deadline = d
 		}
-	case "T":
+	case ctlTerminate:
 		if !g.terminating {
-			g.terminate("asked")
+			g.terminate(termAsked)
 		}
-	case "S":
+	case ctlSignal:
 		if n, err := strconv.Atoi(arg); err == nil && !g.killed {
 			g.signal(syscall.Signal(n))
 		}
@@ -292,7 +267,7 @@ func (g *guard) terminate(why string) {
 	g.terminating = true
 	g.killAt = machineNow() + int64(g.grace)
 	g.signal(syscall.SIGTERM)
-	g.report("T " + why)
+	g.report(evTerminated, why)
 	if g.grace == 0 {
 		g.kill()
 	}
@@ -301,15 +276,18 @@ func (g *guard) terminate(why string) {
 func (g *guard) kill() {
 	g.killed = true
 	g.signal(syscall.SIGKILL)
-	g.report("K")
+	g.report(evKilled)
 }
 
 // signal sends sig to the command's group; a group gone already is no
 // error.
 func (g *guard) signal(sig syscall.Signal) { signalGroup(g.pgid, sig) }
 
-// report tells ddblock; if ddblock is gone there is nobody to tell.
-func (g *guard) report(line string) { _, _ = g.events.WriteString(line + "\n") }
+// report tells ddblock an event; if ddblock is gone there is nobody to
+// tell.
+func (g *guard) report(event string, args ...string) {
+	_, _ = g.events.WriteString(protoLine(event, args...) + "\n")
+}
 
 // readLines sends each line of r, then an eof mark.
 func readLines(r io.Reader, out chan<- guardMsg) {
@@ -339,7 +317,7 @@ type guardProc struct {
 
 // guardEvent is one line from the guard.
 type guardEvent struct {
-	kind string // P, N, E, T, K, X
+	kind string // evStarted, evNotStarted, ...
 	arg  string
 }
 
@@ -405,7 +383,7 @@ func startGuard(s guardSpec) (*guardProc, error) {
 		defer eventR.Close()
 		sc := bufio.NewScanner(eventR)
 		for sc.Scan() {
-			kind, arg, _ := strings.Cut(sc.Text(), " ")
+			kind, arg := parseLine(sc.Text())
 			g.events <- guardEvent{kind, arg}
 		}
 	}()
@@ -427,19 +405,21 @@ func (g *guardProc) extend(deadline int64) {
 	g.deadline = deadline
 	// Only the latest deadline matters: replace one still queued.
 	for i, l := range g.pending {
-		if strings.HasPrefix(l, "D ") {
+		if word, _ := parseLine(l); word == ctlDeadline {
 			g.pending = append(g.pending[:i], g.pending[i+1:]...)
 			break
 		}
 	}
-	g.queueLocked("D " + strconv.FormatInt(deadline, 10))
+	g.queueLocked(protoLine(ctlDeadline, strconv.FormatInt(deadline, 10)))
 }
 
 // terminate asks the guard to stop the command now.
-func (g *guardProc) terminate() { g.queue("T") }
+func (g *guardProc) terminate() { g.queue(ctlTerminate) }
 
 // forward asks the guard to pass a signal to the command's group.
-func (g *guardProc) forward(sig syscall.Signal) { g.queue("S " + strconv.Itoa(int(sig))) }
+func (g *guardProc) forward(sig syscall.Signal) {
+	g.queue(protoLine(ctlSignal, strconv.Itoa(int(sig))))
+}
 
 func (g *guardProc) queue(line string) {
 	g.mu.Lock()

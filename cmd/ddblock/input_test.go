@@ -145,7 +145,8 @@ func TestExitStatusesDocumented(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"DDBLOCK_KEY", "DDBLOCK_SORT_KEY", "DDBLOCK_OWNER", "DDBLOCK_TABLE",
-		"DDBLOCK_RECORD_VERSION_NUMBER", "DDBLOCK_FENCING_TOKEN", "DDBLOCK_TAKEN_OVER_FROM"} {
+		"DDBLOCK_RECORD_VERSION_NUMBER", "DDBLOCK_FENCING_TOKEN", "DDBLOCK_TAKEN_OVER_FROM", "DDBLOCK_SLOT",
+		"DDBLOCK_SESSION_KEY", "DDBLOCK_PARTITION_KEY_NAME", "DDBLOCK_SORT_KEY_NAME", "DDBLOCK_TENURE", "DDBLOCK_GUARD_CHECK"} {
 		if !strings.Contains(run, v) {
 			t.Errorf("ddblock run --help does not list %s", v)
 		}

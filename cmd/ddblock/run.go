@@ -53,6 +53,14 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
   DDBLOCK_TABLE                   the lock table
+  DDBLOCK_PARTITION_KEY_NAME      the table's key attributes (no sort key:
+  DDBLOCK_SORT_KEY_NAME           empty)
+  DDBLOCK_TENURE                  this acquisition's tenure, written in the
+                                  lock (heartbeats keep it)
+  DDBLOCK_GUARD_CHECK             the guard for the command's own DynamoDB
+                                  writes: a ConditionCheck on the lock item,
+                                  as JSON for one element of 'aws dynamodb
+                                  transact-write-items --transact-items'
   DDBLOCK_RECORD_VERSION_NUMBER   the version when the lock was taken
                                   (every heartbeat changes it)
   DDBLOCK_FENCING_TOKEN           the lock's fencing token, if it has one
@@ -63,6 +71,15 @@ COMMAND runs in its own process group, with the lock in its environment:
                                   partition key
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
+
+A write made in one transaction with DDBLOCK_GUARD_CHECK lands only if
+the lock item still names this run's owner and tenure, unreleased, when
+it commits: never after the lock was lost, however late it arrives. The
+condition: #own = :own AND #ten = :ten AND attribute_not_exists(#rel),
+#own owner_name, #ten ddblock_tenure, #rel ddblock_released, :own
+DDBLOCK_OWNER, :ten DDBLOCK_TENURE, on the lock item's key. A lost lock
+fails it with TransactionCanceledException, the first reason
+ConditionalCheckFailed.
 
 COMMAND is started and watched by a guard: a second ddblock process, told
 after every successful heartbeat until when the lock is safe (the
@@ -446,16 +463,36 @@ func (r *runner) acquireError(err error) error {
 	return libError(err, r.conn.table)
 }
 
-// supervise runs the command under the lock, through the guard, and
-// returns ddblock's exit.
-func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm timing) error {
+// sortKeyName is the table's sort key attribute; empty when the table
+// has none.
+func (r *runner) sortKeyName() string {
+	if r.conn.pkOnly {
+		return ""
+	}
+	return r.conn.skName
+}
+
+// commandEnv is the command's environment: ddblock's own, and the lock.
+func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
 	env := append(os.Environ(),
 		"DDBLOCK_KEY="+lock.PartitionKey(),
 		"DDBLOCK_SORT_KEY="+lock.SortKey(),
 		"DDBLOCK_OWNER="+lock.OwnerName(),
 		"DDBLOCK_RECORD_VERSION_NUMBER="+lock.RecordVersionNumber(),
 		tableEnv+"="+r.conn.table,
+		"DDBLOCK_PARTITION_KEY_NAME="+r.conn.pkName,
+		"DDBLOCK_SORT_KEY_NAME="+r.sortKeyName(),
+		"DDBLOCK_TENURE="+lock.Tenure(),
 	)
+	// A lock lost already has no guard: the command does not start then
+	// (or is stopped at once), and its writes could not commit anyway.
+	if guard, err := lock.Guard(); err == nil {
+		check, err := cliTransactItem(guard)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, "DDBLOCK_GUARD_CHECK="+check)
+	}
 	if token := lock.FencingToken(); token > 0 {
 		env = append(env, "DDBLOCK_FENCING_TOKEN="+strconv.FormatInt(token, 10))
 	}
@@ -470,185 +507,8 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 	if r.sem != nil {
 		slot, _ := r.sem.SlotOf(lock)
 		env = append(env, "DDBLOCK_SLOT="+strconv.Itoa(slot))
-		// From here on, messages name the slot's own lock.
-		r.key, r.sortKey = lock.PartitionKey(), lock.SortKey()
 	}
-	// The lock is safe until its last successful write's send time plus
-	// the safe period: the library's own rule for danger, on the clock
-	// the guard reads too.
-	safeUntil := func() int64 { return int64(lock.LastHeartbeat() + tm.safe) }
-	g, err := startGuard(guardSpec{
-		self: r.env.self, path: path, argv: command, env: env,
-		grace: tm.grace, deadline: safeUntil(),
-		// A guard that starts after the deadline waits for the next
-		// heartbeat's; within a lease one comes, or the lock is lost
-		// and ddblock tells the guard so.
-		startWait: tm.lease,
-		stdin:     r.env.stdin, stdout: r.env.stdout, stderr: r.env.childStderr,
-	})
-	if err != nil {
-		r.release(lock, false)
-		return fail(exitInternal, "cannot start the guard process (%s): %v", r.env.self, err)
-	}
-	defer g.close()
-
-	name := lockName(r.key, r.sortKey)
-	// Heartbeats are looked for several times per period, so that the
-	// guard's deadline trails each one by a fraction of a period.
-	poll := time.NewTicker(min(max(tm.heartbeat/4, 5*time.Millisecond), time.Second))
-	defer poll.Stop()
-	var (
-		pgid       int        // the command's process group, once started
-		status     = -1       // the command's, once it ended
-		lost       error      // the lock's error, once the library gave it up
-		notRenewed bool       // the guard stopped the command at its deadline
-		startErr   guardEvent // the guard could not start the command
-		notStarted bool       // the guard did not start the command
-		killSaid   bool
-		kill       *time.Timer
-		killC      <-chan time.Time
-		events     = g.events
-		exited     = g.exited
-		lockDone   = lock.Done()
-	)
-	sayKill := func() {
-		if !killSaid {
-			killSaid = true
-			fmt.Fprintf(r.env.stderr, "ddblock run: the command is still running %v after SIGTERM: sending SIGKILL\n", tm.grace)
-		}
-	}
-	for events != nil || exited != nil {
-		select {
-		case sig := <-r.sigs:
-			if s, ok := sig.(syscall.Signal); ok {
-				g.forward(s)
-			}
-		case <-poll.C:
-			g.extend(safeUntil())
-		case <-lockDone:
-			lockDone = nil
-			if status >= 0 {
-				continue // the command ended already: said below
-			}
-			lost = lock.Err()
-			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s lost (%s): sending SIGTERM to the command, SIGKILL after %v\n",
-				name, ddblock.CodeOf(lost), tm.grace)
-			g.terminate()
-			// Should the guard be unable to act (stopped), ddblock kills
-			// the group itself when the grace is over.
-			kill = time.NewTimer(tm.grace)
-			killC = kill.C
-		case <-killC:
-			killC = nil
-			if pgid > 0 && status < 0 {
-				sayKill()
-				signalGroup(pgid, syscall.SIGKILL)
-			}
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			switch ev.kind {
-			case "P":
-				pgid, _ = strconv.Atoi(ev.arg)
-			case "N":
-				notStarted = true
-			case "E":
-				startErr = ev
-			case "T":
-				if ev.arg == "deadline" {
-					notRenewed = true
-					fmt.Fprintf(r.env.stderr, "ddblock run: lock %s not renewed within the safe period (%v without a successful heartbeat): the guard sent SIGTERM to the command, SIGKILL after %v\n",
-						name, tm.safe, tm.grace)
-				}
-			case "K":
-				sayKill()
-			case "X":
-				status, _ = strconv.Atoi(ev.arg)
-			}
-		case <-exited:
-			exited = nil
-		}
-	}
-	if kill != nil {
-		kill.Stop()
-	}
-
-	switch {
-	case startErr.kind != "":
-		r.release(lock, false)
-		code, msg, _ := strings.Cut(startErr.arg, " ")
-		n, err := strconv.Atoi(code)
-		if err != nil {
-			n = exitCannotExecute
-		}
-		if n == exitCommandNotFound {
-			return fail(n, "command not found: %s (%s)", command[0], msg)
-		}
-		return fail(n, "cannot run %s: %s", command[0], msg)
-	case notStarted && lost != nil:
-		r.release(lock, true)
-		return fail(exitLockLost, "lock %s was lost (%s) before the command could start; the command did not run", name, ddblock.CodeOf(lost))
-	case notStarted:
-		r.release(lock, true)
-		return fail(exitLockLost, "lock %s: its safe period ran out before the command could start (ddblock or its guard was stopped or starved); the command did not run", name)
-	case status < 0:
-		return r.guardDied(lock, g, pgid)
-	}
-	if lost == nil {
-		// The command may have finished just as the lock was lost: its
-		// work was then not exclusive to the end.
-		if err := lock.Err(); isLost(err) {
-			lost = err
-			fmt.Fprintf(r.env.stderr, "ddblock run: lock %s was lost (%s) as the command ended\n", name, ddblock.CodeOf(lost))
-		}
-	}
-	if lost != nil || notRenewed {
-		// Whatever the command left behind in its group must not go on
-		// working without the lock.
-		signalGroup(pgid, syscall.SIGKILL)
-		r.release(lock, true)
-		if lost != nil {
-			return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", name, ddblock.CodeOf(lost), status)
-		}
-		return fail(exitLockLost, "lock %s was not renewed within the safe period while the command ran (ddblock was stopped, starved or blocked); the command was stopped and exited with status %d", name, status)
-	}
-	r.release(lock, false)
-	return exitWith(status)
-}
-
-// groupGoneTimeout bounds the wait for the command's group to die after
-// its guard did, before the lock is released.
-const groupGoneTimeout = 5 * time.Second
-
-// guardDied ends a run whose guard ended without reporting the command's
-// end (killed, or crashed). The kernel killed the command with it (Linux);
-// ddblock kills the rest of the group, and releases the lock only once
-// none of the group runs any more: otherwise it leaves the lock to
-// expire, which takes a lease after ddblock stops heartbeating it.
-func (r *runner) guardDied(lock *ddblock.Lock, g *guardProc, pgid int) error {
-	name := lockName(r.key, r.sortKey)
-	how := "ended"
-	if ps := g.cmd.ProcessState; ps != nil {
-		how = ps.String()
-	}
-	if pgid <= 0 {
-		// The guard died before it said whether the command started; the
-		// group is unknown, so the lock is left to expire.
-		return fail(exitInternal, "the guard process died (%s) before the command started; lock %s is left to expire", how, name)
-	}
-	signalGroup(pgid, syscall.SIGKILL)
-	deadline := time.Now().Add(groupGoneTimeout)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return fail(exitInternal, "the guard process died (%s); the command's processes did not die of SIGKILL within %v; lock %s is left to expire",
-				how, groupGoneTimeout, name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	r.release(lock, false)
-	return fail(exitInternal, "the guard process died (%s); the command was killed and lock %s released", how, name)
+	return env, nil
 }
 
 func isLost(err error) bool {

@@ -354,14 +354,25 @@ func TestRunEnvironment(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("run: %v", r)
 	}
-	lines, rest, _ := strings.Cut(readFile(t, out), "{")
-	want := `DDBLOCK_KEY=nightly
+	// The nested ddblock get's JSON starts on a line of its own.
+	lines, rest, _ := strings.Cut(readFile(t, out), "\n{")
+	lines += "\n"
+	want := `DDBLOCK_GUARD_CHECK=<guard>
+DDBLOCK_KEY=nightly
 DDBLOCK_OWNER=me
+DDBLOCK_PARTITION_KEY_NAME=lock_key
 DDBLOCK_RECORD_VERSION_NUMBER=<rvn>
 DDBLOCK_SORT_KEY=eu
-DDBLOCK_TABLE=` + f.table + "\n"
+DDBLOCK_SORT_KEY_NAME=sort_key
+DDBLOCK_TABLE=` + f.table + `
+DDBLOCK_TENURE=<tenure>
+`
 	rvn := regexp.MustCompile(`(?m)^DDBLOCK_RECORD_VERSION_NUMBER=[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	if got := rvn.ReplaceAllString(lines, "DDBLOCK_RECORD_VERSION_NUMBER=<rvn>"); got != want {
+	got := rvn.ReplaceAllString(lines, "DDBLOCK_RECORD_VERSION_NUMBER=<rvn>")
+	// TestRunGuardedWrite checks these two.
+	got = regexp.MustCompile(`(?m)^DDBLOCK_GUARD_CHECK=\{.*\}$`).ReplaceAllString(got, "DDBLOCK_GUARD_CHECK=<guard>")
+	got = regexp.MustCompile(`(?m)^DDBLOCK_TENURE=.+$`).ReplaceAllString(got, "DDBLOCK_TENURE=<tenure>")
+	if got != want {
 		t.Errorf("the command's environment:\n%s\nwant:\n%s", got, want)
 	}
 	var seen lockJSON

@@ -37,6 +37,18 @@ const (
 	// semaphore's slots) may have at most Token holders at once; Key is
 	// the group, Tenure the holder that says so.
 	Limit EventKind = 'L'
+	// Write: a counter holder (see [Incrementer]) is about to write the
+	// counter Key of its tenure; Token is the value it read, Note the
+	// write's ID (a guarded write's ClientRequestToken).
+	Write EventKind = 'W'
+	// Incremented: the write Note of tenure was acknowledged: it
+	// returned success, or a retry with its request token said it
+	// committed; Token is the value written.
+	Incremented EventKind = 'I'
+	// NotApplied: the write Note of tenure is known not to have been
+	// applied; Token is the value it would have written and Detail the
+	// error code that says so.
+	NotApplied EventKind = 'N'
 )
 
 // Event is one line of a holder's log.
@@ -118,6 +130,25 @@ func (l *Log) Limit(holder, group string, t int64, n int) {
 	l.write(fmt.Sprintf("L %s %s %d %d\n", word(holder), word(group), t, n))
 }
 
+// Write records that tenure is about to write value+1 to the counter key
+// after reading value; id names the write.
+func (l *Log) Write(tenure, key string, t int64, value int64, id string) {
+	l.write(fmt.Sprintf("W %s %s %d %d %s\n", word(tenure), word(key), t, value, word(id)))
+}
+
+// Incremented records that the write id of tenure, of value to the
+// counter key, was acknowledged.
+func (l *Log) Incremented(tenure, key string, t int64, value int64, id string) {
+	l.write(fmt.Sprintf("I %s %s %d %d %s\n", word(tenure), word(key), t, value, word(id)))
+}
+
+// NotApplied records that the write id of tenure, of value to the
+// counter key, is known not to have been applied, and the code that
+// says so.
+func (l *Log) NotApplied(tenure, key string, t int64, value int64, id, code string) {
+	l.write(fmt.Sprintf("N %s %s %d %d %s %s\n", word(tenure), word(key), t, value, word(id), word(code)))
+}
+
 // word keeps a name on one field of a line.
 func word(s string) string {
 	if s == "" {
@@ -153,7 +184,8 @@ func parseLine(line string) (Event, error) {
 		return Event{}, errors.New("no event kind")
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
-	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5}[ev.Kind]
+	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5,
+		Write: 6, Incremented: 6, NotApplied: 7}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
 	}
@@ -186,6 +218,16 @@ func parseLine(line string) (Event, error) {
 			return Event{}, fmt.Errorf("limit %q: want a positive number", f[4])
 		}
 		ev.Token = n
+	case Write, Incremented, NotApplied:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[5]
+		v, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("counter value %q: %w", f[4], err)
+		}
+		ev.Token = v
+		if ev.Kind == NotApplied {
+			ev.Detail = f[6]
+		}
 	}
 	t, err := strconv.ParseInt(tField, 10, 64)
 	if err != nil {

@@ -4,6 +4,11 @@
 // internal/mutexcheck). The test that starts it kills it (SIGKILL) and
 // pauses it (SIGSTOP/SIGCONT) at random.
 //
+// With -counter-table, its clients run the lost-update workload instead
+// (mutexcheck.Incrementer): under each lock they increment the key's
+// counter item in that table by read-modify-write, guarded with
+// -guarded, and log every write and its outcome before going on.
+//
 // It stops cleanly, releasing what it holds, when its standard input
 // closes or it receives SIGTERM; a test that dies therefore never leaves
 // a worker behind. On a clean stop it prints its clients' counters as
@@ -61,6 +66,14 @@ func main() {
 		trustCtx   = flag.Bool("trust-context", false, "WithLock holders check only fn's context, not Lock.Err() (an experiment)")
 		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
 		semSlots   = flag.Int("semaphore-slots", 0, "when positive, even clients take the keys as semaphores of this many slots")
+		counters   = flag.String("counter-table", "", "run the lost-update workload on the counter items of this table")
+		guarded    = flag.Bool("guarded", false, "with -counter-table: write the counters with guarded writes")
+		incMin     = flag.Int("inc-min", 1, "with -counter-table: fewest increments of one tenure")
+		incMax     = flag.Int("inc-max", 5, "with -counter-table: most increments of one tenure")
+		stallShare = flag.Float64("stall-share", 0, "with -counter-table: share of writes that wait -stall after the lock was checked")
+		stall      = flag.Duration("stall", 40*time.Millisecond, "with -counter-table: how long a stalled write waits (the window the test's pauses aim at)")
+		callTO     = flag.Duration("call-timeout", 3*time.Second, "with -counter-table: deadline of one call for a counter")
+		resolveFor = flag.Duration("resolve-for", 20*time.Second, "with -counter-table: how long an unknown outcome is retried")
 	)
 	flag.Parse()
 	hold := mutexcheck.Holder{
@@ -72,18 +85,33 @@ func main() {
 		UseElection:    *elections,
 		Slots:          *semSlots,
 	}
+	var counter *mutexcheck.Incrementer
+	if *counters != "" {
+		counter = &mutexcheck.Incrementer{
+			DataTable: *counters, Guarded: *guarded, IncMin: *incMin, IncMax: *incMax,
+			StallShare: *stallShare, CallTimeout: *callTO, ResolveFor: *resolveFor,
+		}
+		if *stallShare > 0 {
+			d := *stall
+			counter.Stall = func(context.Context) func() {
+				time.Sleep(d)
+				return nil
+			}
+		}
+	}
 	flavours := mutexcheck.Flavours(*skew)
 	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
-		hold, *attempts, *seed, func(i int) mutexcheck.Flavour { return flavours[(*flavour+i)%len(flavours)] }); err != nil {
+		hold, counter, *attempts, *seed, func(i int) mutexcheck.Flavour { return flavours[(*flavour+i)%len(flavours)] }); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	}
 }
 
 // run starts the clients, each with a copy of the holder settings in
-// hold, and runs them until told to stop.
+// hold (or, when counter is not nil, of the incrementer settings in
+// counter), and runs them until told to stop.
 func run(endpoint, table, keys string, clients int, id, logPath string, heartbeat, safe, lease time.Duration,
-	hold mutexcheck.Holder, attempts int, seed uint64, flavour func(int) mutexcheck.Flavour) error {
+	hold mutexcheck.Holder, counter *mutexcheck.Incrementer, attempts int, seed uint64, flavour func(int) mutexcheck.Flavour) error {
 	if endpoint == "" || table == "" || keys == "" || logPath == "" || clients <= 0 {
 		return fmt.Errorf("-endpoint, -table, -keys, -log and a positive -clients are required")
 	}
@@ -125,6 +153,28 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			return err
 		}
 		all = append(all, c)
+		if counter != nil {
+			inc := &mutexcheck.Incrementer{
+				ID: name, Client: c, Data: ddb, DataTable: counter.DataTable, Keys: strings.Split(keys, ","), Log: events,
+				Guarded: counter.Guarded, IncMin: counter.IncMin, IncMax: counter.IncMax,
+				StallShare: counter.StallShare, Stall: counter.Stall,
+				CallTimeout: counter.CallTimeout, ResolveFor: counter.ResolveFor,
+				AcquireTimeout: hold.AcquireTimeout, AcquireOptions: hold.AcquireOptions,
+				UseWithLock:  i%2 == 1 && !hold.UseElection,
+				UseElection:  i%2 == 1 && hold.UseElection,
+				UseSemaphore: i%2 == 0 && hold.Slots > 0,
+				Slots:        hold.Slots,
+				Seed:         seed*1000 + uint64(i),
+			}
+			wg.Go(func() {
+				if err := inc.Run(ctx); err != nil {
+					mu.Lock()
+					runErrs = append(runErrs, err)
+					mu.Unlock()
+				}
+			})
+			continue
+		}
 		h := &mutexcheck.Holder{
 			ID: name, Client: c, Keys: strings.Split(keys, ","), Log: events,
 			HoldMin: hold.HoldMin, HoldMax: hold.HoldMax,
