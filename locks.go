@@ -8,18 +8,20 @@ package ddblock
 // monitor's pass over every lock. So an event seen under a lock's mutex
 // (in danger, recovered, stolen) is recorded there, in the lock's outbox
 // of reports, and reported once the mutex is released (see
-// [Lock.unlock]); callbacks are queued on the callback pool and run by
-// its workers, outside every mutex.
+// [Lock.unlock]). Its callback event is queued under the lock's mutex,
+// so that the events of a lock reach the pool in the order they
+// happened, and none that came before Close is lost; the queueing is
+// the library's own short code, and the pool's workers run the callback
+// with no mutex held.
 //
-// The mutexes, outermost first; one may be taken while holding only
-// those above it in the list, never those below:
+// The mutexes, outermost first. One may be taken while holding those
+// above it in the list, never while holding one below it:
 //
 //  1. Lock.mu: one lock's state (status, version number, last heartbeat,
 //     error, outbox). Held while the lock is unregistered (Client.mu)
 //     and while its callback event is queued (the pool's mutex).
-//  2. Client.mu: the held set and the closed flag. Held while adding a
-//     lock to, or dropping it from, its session and the heartbeat
-//     schedule.
+//  2. Client.mu: the held set and the closed flag. Held while a lock is
+//     added to, or dropped from, its session and the heartbeat schedule.
 //  3. session.mu: the session's version number, its locks and leftovers.
 //  4. heartbeater.mu: the heartbeat schedule. Its rate limiter's own
 //     mutex is taken under it.
@@ -28,13 +30,21 @@ package ddblock
 // No two Locks' mutexes are ever held at once: a pass over several locks
 // (the monitor's, a session's) takes and releases each in turn.
 //
-// Taken alone, with none of the above held and nothing else taken under
-// them: Client.sessMu (which session is current), the observations
-// cache's mutex, and those of an Election and of a Leadership.
+// Taken with none of the above held, and nothing taken under them:
+// Client.sessMu (which session is current), the observations cache's
+// mutex, an Election's and a Leadership's, and a release's guard of its
+// own timer. (Campaign reads its leadership under the Election's mutex
+// but asks its context, which takes Lock.mu, only after.)
 //
-// Waiting on a channel under a mutex is a kind of taking it: nothing
-// waits under one, and a heartbeat's hbDone is closed, never waited on,
-// under Lock.mu.
+// Nothing waits on a channel under a mutex: a heartbeat's hbDone is
+// closed under Lock.mu, and waited on by a release with none held.
+//
+// The contexts of Lock.Context are cancelled under Lock.mu, so that they
+// end at the instant Done closes. That is the standard library's code,
+// which runs the functions given to context.AfterFunc on goroutines of
+// their own; only a parent context of an application's own type is
+// asked, there, for its Done channel and values (and, if it has an
+// AfterFunc method, to stop the function registered with it).
 
 // maxPendingReports bounds a lock's outbox. Reports pile up only while
 // the one delivering them is stuck in application code; then the oldest
