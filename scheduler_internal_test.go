@@ -76,9 +76,12 @@ func newSim(t *testing.T, period, service time.Duration, opts ...simOption) *sim
 	}
 	s := &sim{t: t, clk: clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), period: period, service: service}
 	o.Metrics = simMetrics{s}
-	s.c = &Client{opts: o, clock: s.clk, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s.h = newHeartbeater(s.c)
 	ctx, cancel := context.WithCancel(context.Background())
+	// A client made for the scheduler alone: no table, but the fields
+	// that tell a client made with New from a zero one (zerovalue.go),
+	// so that its Stats answer.
+	s.c = &Client{opts: o, clock: s.clk, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ddb: simDDB{}, ctx: ctx}
+	s.h = newHeartbeater(s.c)
 	s.cancel, s.runDone = cancel, make(chan struct{})
 	go func() {
 		defer close(s.runDone)
@@ -86,6 +89,10 @@ func newSim(t *testing.T, period, service time.Duration, opts ...simOption) *sim
 	}()
 	return s
 }
+
+// simDDB is the simulated client's table, which the scheduler never
+// calls: the simulated heartbeats answer on their own.
+type simDDB struct{ DynamoDBAPI }
 
 type simMetrics struct{ s *sim }
 
