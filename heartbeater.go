@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,7 +53,11 @@ import (
 // (Stats.Rounds). A round in which a heartbeat went out more than a
 // tenth of a period after it was due is late: the server, or the
 // senders, cannot keep up. It is counted (Stats.LateRounds), reported
-// (Metrics.HeartbeatRoundLate) and logged, once a round.
+// (Metrics.HeartbeatRoundLate) and logged, once a round: by the sender of
+// the next heartbeat, once that call has ended, so that the scheduler
+// never waits for the application's code. While one report has not
+// returned, later late rounds are counted but not reported, so that
+// application code that blocks holds one sender at most.
 type heartbeater struct {
 	c       *Client
 	period  time.Duration
@@ -71,6 +76,10 @@ type heartbeater struct {
 	roundStart  time.Duration
 	inRound     bool
 	roundLate   time.Duration // the latest send of the round, past its due time
+	lateReport  func()        // a late round's report, for the next sender
+
+	// Set from a late round's report being made until it returns.
+	lateReporting atomic.Bool
 
 	// The senders take jobs from an unbuffered channel, so that dispatch
 	// waits for a free one. They live as long as the scheduler: a fresh
@@ -200,6 +209,9 @@ func (h *heartbeater) run(ctx context.Context) {
 	defer func() {
 		close(h.jobs)
 		_ = h.senders.Wait()
+		if h.lateReport != nil { // no heartbeat came after it
+			h.lateReport()
+		}
 	}()
 	for ctx.Err() == nil {
 		w, wait := h.next()
@@ -341,11 +353,16 @@ func (h *heartbeater) sleep(ctx context.Context, d time.Duration) bool {
 // dispatch hands w to a sender, waiting for a free one if need be.
 func (h *heartbeater) dispatch(w work) {
 	h.c.stats.heartbeatsInFlight.Add(1)
+	report := h.lateReport
+	h.lateReport = nil
 	job := func() {
-		defer h.c.stats.heartbeatsInFlight.Add(-1)
 		attempt := h.c.clock.Monotonic()
 		lastWrite := w.call()
 		h.finished(w.entry, max(lastWrite, attempt))
+		h.c.stats.heartbeatsInFlight.Add(-1)
+		if report != nil {
+			report()
+		}
 	}
 	h.handOff(job)
 	h.countRound(h.c.clock.Monotonic(), w.due)
@@ -372,18 +389,25 @@ func (h *heartbeater) handOff(job func()) {
 }
 
 // countRound notes a heartbeat handed to a sender at now, due at due, in
-// the current round, and closes the round once a period has passed.
+// the current round, and closes the round once a period has passed. A
+// late round's report waits for the next heartbeat's sender.
 func (h *heartbeater) countRound(now, due time.Duration) {
 	if h.inRound && now-h.roundStart >= h.period {
 		h.inRound = false
 		if late := h.roundLate; late > h.period/10 {
-			h.mu.Lock()
-			locks := len(h.ready) + len(h.busy)
-			h.mu.Unlock()
 			h.c.stats.lateRounds.Add(1)
-			h.c.opts.Metrics.HeartbeatRoundLate(late, locks)
-			h.c.log.Warn("ddblock: heartbeats went out late: the server or the senders cannot keep up",
-				"locks", locks, "period", h.period, "late", late)
+			// Unless the last one's report has not returned.
+			if h.lateReporting.CompareAndSwap(false, true) {
+				h.mu.Lock()
+				locks := len(h.ready) + len(h.busy)
+				h.mu.Unlock()
+				h.lateReport = func() {
+					defer h.lateReporting.Store(false)
+					h.c.opts.Metrics.HeartbeatRoundLate(late, locks)
+					h.c.log.Warn("ddblock: heartbeats went out late: the server or the senders cannot keep up",
+						"locks", locks, "period", h.period, "late", late)
+				}
+			}
 		}
 	}
 	if !h.inRound {
