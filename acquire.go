@@ -34,11 +34,24 @@ const (
 //   - losing a race to another client is not an error: it waits and tries
 //     again.
 //
+// A lock attached to a session ([Options.SessionLease]) is judged by its
+// session: once this client has seen the session item (or its absence)
+// stand unchanged for the session's lease, every lock of that session is
+// taken over without another wait, and the first such takeover deletes
+// the dead session's item.
+//
 // An item kept after its release ([Options.KeepReleasedItems]) is taken
 // at once, and with [Options.MaxClockSkew] an item whose holder's
 // wall-clock stamp is older than its lease plus the skew is taken over
 // without watching it first. What the client has seen of a lock is
 // remembered across calls ([Options.MaxObservations]).
+//
+// A lock this client holds already (the same partition and sort key) is
+// not waited for: the answer is at once an error of CodeAlreadyHeld
+// (errors.Is(err, ErrAlreadyHeld)), where python_dynamodb_lock would
+// wait on its own lock until the retry timeout. A concurrent acquire of
+// the same key by this client that loses to it gets the same answer at
+// its next attempt.
 //
 // Failures worth another try (throttling, server errors, timeouts, lost
 // connections) are retried like a held lock, within the retry timeout;
@@ -48,7 +61,9 @@ const (
 // the client is closed, CodeInvalidArgument for bad arguments,
 // CodeTableNotFound or CodeTableMismatch when the table is missing or has
 // other keys, CodeInvalidItem when the item at the key is not a lock item
-// (it is left untouched), and CodeUnknown, wrapping the cause, on any
+// (it is left untouched), CodeLockInDanger when the client's own session
+// stayed past its safe period through the last attempt (no lock is put
+// on a session in danger), and CodeUnknown, wrapping the cause, on any
 // other failure.
 func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, partitionKey, false, opts)
@@ -58,7 +73,8 @@ func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...A
 // error of CodeLockHeld naming the holder. A lock seen held by an earlier
 // call is taken over by a later one once it has stood unchanged for its
 // lease, so polling with TryAcquireLock does take over a dead holder's
-// lock. The retry options are ignored.
+// lock. A lock this client holds already is CodeAlreadyHeld, as with
+// AcquireLock. The retry options are ignored.
 func (c *Client) TryAcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, partitionKey, true, opts)
 }
@@ -149,15 +165,22 @@ type acquisition struct {
 	seen   *LockInfo
 	seenAt time.Duration
 	// For a lock attached to a session: when the last read of the
-	// session item was sent, on the monotonic and the wall clock.
-	sessionReadSent time.Duration
+	// session item was sent, on the wall clock.
 	sessionReadWall time.Time
+	// fast: what was seen is taken over by its holder's stamp, not for
+	// having been watched a whole lease (set by mayWrite).
+	fast bool
 }
 
 // attempt makes one try. It returns the lock when acquired, an error
 // when the acquire must end, and neither when it should wait and retry.
 func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
 	c := a.c
+	if c.holds(a.id) {
+		// Checked at every attempt, not only the first: a concurrent
+		// acquire of the same key by this client may have won meanwhile.
+		return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+	}
 	if a.seen != nil && !a.seen.Released {
 		// Someone held the lock when we last looked: read before writing,
 		// so that waiting costs reads only.
@@ -199,30 +222,42 @@ func (a *acquisition) putWithSession(ctx context.Context) (*Lock, error) {
 // look records what a look at the table showed. For a lock attached to
 // a session it reads the session item too, after the lock item: the
 // holder creates its session before it writes a lock naming it, so a
-// session found missing then was ended or removed, not yet to come.
+// session found missing then was ended or removed, not yet to come. What
+// the read shows goes into the client's record of the session
+// (observations.go), which every acquire of a lock naming the session
+// shares; a session already judged dead is not read again.
 func (a *acquisition) look(ctx context.Context, info *LockInfo) error {
 	if info != nil && info.Session != nil && !info.Released {
-		seen, readSent, readWall, err := a.c.readSession(ctx, info.Session.PartitionKey)
-		if err != nil {
-			return a.callError(ctx, "reading the lock's session", err)
+		c := a.c
+		pk := info.Session.PartitionKey
+		if !c.observations.sessionDead(pk, sessionLeaseOf(info)) {
+			seen, readSent, readWall, err := c.readSession(ctx, pk)
+			if err != nil {
+				return a.callError(ctx, "reading the lock's session", err)
+			}
+			version := absentSession
+			if seen != nil {
+				version = seen.RecordVersionNumber
+			}
+			c.observations.seeSession(pk, version, readSent, c.clock.Monotonic())
+			info.Session.Item = seen
+			a.sessionReadWall = readWall
 		}
-		info.Session.Item = seen
-		a.sessionReadSent, a.sessionReadWall = readSent, readWall
 	}
 	a.observe(info)
 	return nil
 }
 
 // observe records what a look at the table showed, here and in the
-// client's memory of observations. For a lock attached to a session,
-// what is watched is the pair of the lock's version number and the
-// session's (or its absence).
+// client's memory of observations. A lock attached to a session is
+// timed by its session's record instead (see expired), but what was seen
+// of it is kept all the same: a takeover's put is conditioned on it.
 func (a *acquisition) observe(info *LockInfo) {
 	now := a.c.clock.Monotonic()
 	switch {
 	case info == nil:
 		a.seen = nil
-	case a.seen == nil || watchedVersion(a.seen) != watchedVersion(info):
+	case a.seen == nil || a.seen.RecordVersionNumber != info.RecordVersionNumber:
 		a.seen, a.seenAt = info, now
 	default:
 		a.seen = info // same version: keep the time it was first seen
@@ -234,36 +269,39 @@ func (a *acquisition) observe(info *LockInfo) {
 	}
 }
 
-// watchedVersion is what must change for a lock's holder to be alive:
-// the item's record version number, and for a lock attached to a
-// session the session item's too ("-" when there is none).
-func watchedVersion(info *LockInfo) string {
-	if info.Session == nil {
-		return info.RecordVersionNumber
-	}
-	session := "-"
-	if info.Session.Item != nil {
-		session = info.Session.Item.RecordVersionNumber
-	}
-	return info.RecordVersionNumber + " " + session
-}
-
-// mayWrite reports whether a put can succeed on what was last seen.
+// mayWrite reports whether a put can succeed on what was last seen, and
+// notes whether a takeover would be a fast one (by stamp).
 func (a *acquisition) mayWrite() bool {
-	return a.seen == nil || a.seen.Released || a.expired() || a.staleByStamp()
+	a.fast = false
+	switch {
+	case a.seen == nil || a.seen.Released || a.expired():
+		return true
+	case a.staleByStamp():
+		a.fast = true
+		return true
+	}
+	return false
 }
 
 // expired: the same version number has stood for the item's whole lease.
 //
-// For a lock attached to a session, the session's lease counts, and it is
-// timed up to when the last read of the session item was sent, not to
-// now: a heartbeat of the session that lands after that read, and before
-// our put, is then one that came a whole lease after the write we first
-// saw, and its holder counts its locks lost (session.go) instead of
-// carrying on with them.
+// A lock attached to a session goes with its session: it is free once
+// this client has seen the session item's version (or its absence) stand
+// for the session's lease, from the reply to the first read that showed
+// it to the sending of a later read that showed it still, whichever
+// acquire of this client made the reads and whichever lock of the
+// session they were made for. The lock's own version number plays no
+// part: its holder counts every lock on the session safe only for the
+// safe period after the session's last landed heartbeat, however
+// recently the lock was written (lock.go), and a heartbeat of the
+// session that lands after the session was judged dead comes a whole
+// lease after its last landed one, and makes its holder count all its
+// locks lost (session.go). The put stays conditioned on the lock's
+// version number, so that a lock another waiter took meanwhile is never
+// stolen from it.
 func (a *acquisition) expired() bool {
 	if s := a.seen.Session; s != nil {
-		return a.sessionReadSent-a.seenAt >= sessionLeaseOf(a.seen)
+		return a.c.observations.sessionDead(s.PartitionKey, sessionLeaseOf(a.seen))
 	}
 	return a.c.clock.Monotonic()-a.seenAt >= a.seen.LeaseDuration
 }
@@ -284,7 +322,12 @@ func (a *acquisition) staleByStamp() bool {
 		if s.Item.HeartbeatTime.After(stamp) {
 			stamp = s.Item.HeartbeatTime
 		}
-		return a.sessionReadWall.After(stamp.Add(sessionLeaseOf(a.seen) + skew))
+		if !a.sessionReadWall.After(stamp.Add(sessionLeaseOf(a.seen) + skew)) {
+			return false
+		}
+		// The session is dead by its stamp: so is every lock on it.
+		a.c.observations.markSessionDead(s.PartitionKey, s.Item.RecordVersionNumber, sessionLeaseOf(a.seen))
+		return true
 	}
 	return a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
 }
@@ -312,6 +355,13 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		var err error
 		if sess, err = c.liveSession(ctx); err != nil {
 			return nil, a.callError(ctx, "starting the client's session", err)
+		}
+		if since := c.clock.Monotonic() - sess.lastGoodSent(); since > c.opts.SafePeriod {
+			// A lock on the session is safe only as long as the session
+			// is (lock.go): one put now would be in danger from the
+			// start. Wait for a heartbeat of the session to land, or for
+			// the session to end and a new one to start.
+			return nil, a.fail(CodeLockInDanger, fmt.Sprintf("the client's session has had no heartbeat land for %v, more than the safe period: no lock is put on it until one lands", since), errSessionInDanger)
 		}
 		// Written once, never heartbeated: the lease that clients
 		// which do not know sessions read keeps them away (see
@@ -351,7 +401,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 			valueRVN: &types.AttributeValueMemberS{Value: a.seen.RecordVersionNumber},
 		}
 	}
-	fast := takenFrom != nil && !a.expired()
+	fast := takenFrom != nil && a.fast
 	sent := c.clock.Monotonic()
 	_, err := c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
 	if err == nil {
@@ -391,6 +441,12 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, takenFrom *LockInfo, fast bool) (*Lock, error) {
 	c := a.c
 	c.observations.forget(a.id)
+	if takenFrom != nil && takenFrom.Session != nil {
+		if !fast && sent-a.start < sessionLeaseOf(takenFrom) {
+			c.stats.deadSessionLocks.Add(1) // the session's watch was shared
+		}
+		c.deleteDeadSession(takenFrom.Session.PartitionKey)
+	}
 	l := &Lock{
 		client:        c,
 		id:            a.id,
@@ -426,6 +482,31 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 	return l, nil
 }
 
+// deleteDeadSession deletes the item of session pk, judged dead, on the
+// condition that it still carries the version number that was judged, so
+// that dead clients' session items do not pile up where no TTL removes
+// them. It is done once per judgement, by the first acquire to take a
+// lock of the session over, best effort. Waiters of other clients that
+// were watching the item see it gone, and wait a session lease from then.
+func (c *Client) deleteDeadSession(pk string) {
+	version, ok := c.observations.claimSessionDelete(pk)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
+	defer cancel()
+	err := c.deleteItem(ctx, pk, c.defaultSortKey(""), version)
+	switch {
+	case err == nil:
+		c.log.Info("ddblock: deleted the item of a session presumed dead", "session", pk)
+	case isConditionFailed(err):
+		// Heartbeated after all (its holder then counts its locks lost),
+		// or deleted by someone else.
+	default:
+		c.log.Warn("ddblock: could not delete the item of a session presumed dead", "session", pk, "err", err)
+	}
+}
+
 // deleteIfOurs removes an item we wrote but will not hold, best effort,
 // on a context of its own: the caller's may be cancelled already. An
 // item written on a session (sess) that could not be removed is left to
@@ -457,9 +538,17 @@ func (a *acquisition) heldError() error {
 	}
 }
 
+// errSessionInDanger is the cause of an acquire attempt that found the
+// client's own session in danger; the next attempt may find it well.
+var errSessionInDanger = errors.New("ddblock: the client's session is in danger")
+
 // transient reports whether a failed call is worth another attempt:
-// throttling, a server error, a timeout or a lost connection.
+// throttling, a server error, a timeout or a lost connection, or the
+// client's own session in danger.
 func transient(err error) bool {
+	if errors.Is(err, errSessionInDanger) {
+		return true
+	}
 	var lerr *Error
 	if !errors.As(err, &lerr) || lerr.Code != CodeUnknown || lerr.Err == nil {
 		return false
@@ -478,6 +567,15 @@ func (a *acquisition) retryingAfter(err error) {
 
 func (a *acquisition) fail(code Code, msg string, cause error) *Error {
 	return &Error{Code: code, Message: msg, PartitionKey: a.pk, SortKey: a.opts.SortKey, Err: cause}
+}
+
+// holds reports whether this client holds the lock of id (its exact
+// partition and sort key). A semaphore's slots each have their own key,
+// so holding one slot says nothing of the others.
+func (c *Client) holds(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.locks[id] != nil
 }
 
 func (c *Client) isClosed() bool {

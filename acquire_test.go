@@ -3,6 +3,7 @@ package ddblock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -333,8 +334,8 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b/c d"}, keys); diff != "" {
 		t.Errorf("locks under k (-want +got):\n%s", diff)
 	}
-	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAcquireTimeout) {
-		t.Errorf("same sort key again: %v; want ACQUIRE_TIMEOUT", err)
+	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+		t.Errorf("same sort key again: %v; want ALREADY_HELD", err)
 	}
 }
 
@@ -391,5 +392,139 @@ func TestMissingTable(t *testing.T) {
 	}
 	if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrTableNotFound) {
 		t.Errorf("GetLock: %v; want TABLE_NOT_FOUND", err)
+	}
+}
+
+// A client never waits on itself: AcquireLock and TryAcquireLock of a key
+// (partition and sort key) this client holds answer at once with
+// ALREADY_HELD, with no call to the table and no time on the clock,
+// whether the lock is heartbeated on its own or on a session. Another
+// sort key is another lock, and after a release the key is free again.
+func TestAcquireOwnLockAnswersAtOnce(t *testing.T) {
+	for _, withSession := range []bool{false, true} {
+		t.Run(fmt.Sprint("session=", withSession), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			clk := fakeClock()
+			calls := newCounting(e.ddb)
+			opts := []ddblock.Option{ddblock.WithClock(clk)}
+			if withSession {
+				opts = append(opts, ddblock.WithSessionLease())
+			}
+			c := e.clientOn(calls, opts...)
+			held, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.reset()
+			start := clk.Monotonic()
+			_, err = c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(time.Hour))
+			var lerr *ddblock.Error
+			if !errors.Is(err, ddblock.ErrAlreadyHeld) || !errors.As(err, &lerr) || lerr.PartitionKey != "k" || lerr.SortKey != "a" {
+				t.Fatalf("AcquireLock of a held key: %v; want ALREADY_HELD naming k/a", err)
+			}
+			if _, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a")); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+				t.Fatalf("TryAcquireLock of a held key: %v; want ALREADY_HELD", err)
+			}
+			if clk.Monotonic() != start || len(calls.snapshot()) != 0 {
+				t.Errorf("answered after %v of the clock and calls %v; want at once, without a call", clk.Monotonic()-start, calls.snapshot())
+			}
+			if held.Status() != ddblock.StatusLocked {
+				t.Errorf("the held lock is %v after the refusals", held.Status())
+			}
+			other, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("b"))
+			if err != nil {
+				t.Fatalf("another sort key of the same partition key: %v", err)
+			}
+			if err := held.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+				t.Fatal(err)
+			}
+			again, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"))
+			if err != nil {
+				t.Fatalf("after the release: %v", err)
+			}
+			for _, l := range []*ddblock.Lock{other, again} {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Two acquires of one free key by one client at the same time: one wins,
+// and the other answers ALREADY_HELD at its next attempt, a retry period
+// later, instead of waiting out its retry timeout.
+func TestConcurrentAcquiresOfOneKeyByOneClient(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	clk := fakeClock()
+	c := e.client(ddblock.WithClock(clk))
+	const retry = time.Second
+	type result struct {
+		lock *ddblock.Lock
+		err  error
+	}
+	results := make(chan result, 2)
+	start := clk.Monotonic()
+	for range 2 {
+		go func() {
+			l, err := c.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Hour))
+			results <- result{l, err}
+		}()
+	}
+	// Whichever ends first, the other ends too, at once or (having
+	// lost the race to the table) after one retry period.
+	var got []result
+	advanced := false
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case r := <-results:
+			got = append(got, r)
+			continue
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after 10 s; results so far %+v", got)
+		}
+		// The monitor, the winner's heartbeat and the loser's sleep.
+		if len(got) == 1 && !advanced && clk.Timers() >= 3 {
+			clk.Advance(retry)
+			advanced = true
+		}
+	}
+	if got[1].err == nil {
+		got[0], got[1] = got[1], got[0]
+	}
+	if got[0].err != nil || got[0].lock == nil || !errors.Is(got[1].err, ddblock.ErrAlreadyHeld) {
+		t.Fatalf("results %+v, %+v; want one lock and one ALREADY_HELD", got[0], got[1])
+	}
+	if clk.Monotonic()-start > retry {
+		t.Errorf("ended after %v of fake time; want within one retry period", clk.Monotonic()-start)
+	}
+}
+
+// A semaphore's slots are separate keys: one client may hold several
+// slots of one semaphore, and finding every slot held, by itself or
+// not, is LOCK_HELD, not ALREADY_HELD.
+func TestSemaphoreSlotsOfOneClientAreNotItself(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client()
+	s := semaphoreOf(t, c, "pool", 2)
+	a, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("second slot by the same client: %v", err)
+	}
+	if a.SortKey() == b.SortKey() {
+		t.Fatalf("both acquires got slot %q", a.SortKey())
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+		t.Errorf("third slot of two: %v; want LOCK_HELD", err)
 	}
 }

@@ -372,7 +372,10 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := e.client().AcquireLock(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquireLock(ctx, "other"); !errors.Is(err, ddblock.ErrLockHeld) {
 		t.Fatal(err)
 	}
 	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "thief")

@@ -81,6 +81,7 @@ type clientStats struct {
 	callbacksDropped   atomic.Uint64
 	callbacksDelivered atomic.Uint64
 	callbacksLate      atomic.Uint64
+	deadSessionLocks   atomic.Uint64
 }
 
 // Stats are counters of a client's background work since it was created.
@@ -116,6 +117,12 @@ type Stats struct {
 	CallbacksLate uint64
 	// CallbacksRunning is the number of app callbacks running now.
 	CallbacksRunning int
+	// DeadSessionLocks counts locks taken over from a dead session
+	// sooner than a session lease after their acquire began: locks that
+	// came back with their session, judged dead by this client's watch
+	// for another lock of it or by an earlier call (see
+	// [Options.SessionLease]).
+	DeadSessionLocks uint64
 }
 
 // Stats returns the client's counters.
@@ -138,6 +145,7 @@ func (c *Client) Stats() Stats {
 		InDanger:           s.inDanger.Load(),
 		Recovered:          s.recovered.Load(),
 		Stolen:             s.stolen.Load(),
+		DeadSessionLocks:   s.deadSessionLocks.Load(),
 		CallbacksDelivered: s.callbacksDelivered.Load(),
 		CallbacksDropped:   s.callbacksDropped.Load(),
 		CallbackPanics:     s.callbackPanics.Load(),

@@ -97,6 +97,15 @@ const (
 	CodeTableUnsafe Code = "TABLE_UNSAFE"
 )
 
+// A client never waits on itself.
+const (
+	// CodeAlreadyHeld: AcquireLock or TryAcquireLock asked for a lock
+	// (partition key and sort key) that this client holds already. It
+	// is answered at once: waiting could only end in ACQUIRE_TIMEOUT.
+	// The held lock is untouched; find it with [Client.HeldLocks].
+	CodeAlreadyHeld Code = "ALREADY_HELD"
+)
+
 // Error is the one error type ddblock returns. Match a kind with
 // errors.Is against the Err… sentinels, or read the fields with errors.As:
 //
@@ -204,6 +213,9 @@ var (
 
 // Sentinel of the unsafe tables' code.
 var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
+
+// The sentinel for CodeAlreadyHeld.
+var ErrAlreadyHeld = &Error{Code: CodeAlreadyHeld}
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when
 // there is none.

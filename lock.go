@@ -204,8 +204,8 @@ func (l *Lock) ExpiryTime() time.Time {
 
 // LastHeartbeat returns the client's monotonic reading when the last
 // successful write (acquire or heartbeat) was sent. For a lock attached
-// to a session, the session's heartbeats count: it is the later of the
-// lock's acquire and the session's last successful heartbeat.
+// to a session, the session's heartbeats count, and they alone: it is the
+// session's last successful heartbeat (or its creation).
 func (l *Lock) LastHeartbeat() time.Duration {
 	if l == nil {
 		return 0
@@ -226,12 +226,15 @@ func (l *Lock) SessionKey() string {
 }
 
 // lastRefreshLocked is when the lock's last write known to have landed
-// was sent: its own, or, for a lock on a session, the session's if later.
+// was sent: its own, or, for a lock on a session, the session's. The
+// lock's own write does not count then: waiters time a session's locks
+// by the session alone (acquire.go's expired), however recently a lock
+// was written.
 func (l *Lock) lastRefreshLocked() time.Duration {
 	if l.session == nil {
 		return l.lastHeartbeat
 	}
-	return max(l.lastHeartbeat, l.session.lastGoodSent())
+	return l.session.lastGoodSent()
 }
 
 // pastSafePeriodLocked reports whether the safe period has passed since

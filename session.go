@@ -29,16 +29,24 @@ import (
 //     So a waiter that reads a lock item and then finds its session item
 //     missing knows the session ended, or was removed: it cannot be one
 //     that is still to come.
-//   - A waiter watches the pair (the lock's version number, the
-//     session's version number or its absence) and takes the lock over
-//     only after the pair stood unchanged for the session's lease on its
-//     own monotonic clock, timed from the first read that showed the pair
-//     to the sending of the last read of the session, with a put
-//     conditioned on the lock item's version number: a lock released and
-//     taken again meanwhile is never stolen.
+//   - A waiter watches the session item: its version number, or its
+//     absence. Once it has seen one version stand for the session's lease
+//     on its own monotonic clock, from the reply to the first read that
+//     showed it to the sending of a later read that showed it still, the
+//     session is dead to that client, and so is every lock naming it,
+//     however many: the observation is the session's, shared by all the
+//     client's acquires (observations.go). Each lock is taken over with a
+//     put conditioned on the lock item's version number as read, so that
+//     a lock another waiter took meanwhile is never stolen from it. The
+//     first to take one over deletes the session item, conditioned on the
+//     version it judged, so that dead clients' session items do not pile
+//     up where no TTL removes them.
 //   - The holder counts its locks safe for the safe period after the
-//     later of the lock's own write and the session's last heartbeat known
-//     to have landed (sent, on its monotonic clock).
+//     session's last heartbeat known to have landed (sent, on its
+//     monotonic clock), however recently a lock was written: a waiter
+//     that judged the session dead takes a lock written since without
+//     another wait. For the same reason it puts no new lock on a session
+//     that is past its safe period (the acquire waits and tries again).
 //   - A session heartbeat that lands a whole lease or more after the
 //     previous landed write was sent may come after a waiter's takeover:
 //     the holder then counts every lock of the session lost (LOCK_STOLEN),

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,8 +217,11 @@ func TestSessionTakeoverAfterSessionLease(t *testing.T) {
 			if withSession {
 				heartbeats = int(waiter.Stats().HeartbeatsSent + waiter.Stats().HeartbeatsFailed)
 			}
-			if c["PutItem"] != 2 || c["UpdateItem"] != heartbeats || c["DeleteItem"] != 0 || c["GetItem"] < 2*13 {
-				t.Errorf("calls = %v; want 2 PutItem, no other write but %d session heartbeats, and two reads (lock, session) per retry", c, heartbeats)
+			if c["PutItem"] != 2 || c["UpdateItem"] != heartbeats || c["DeleteItem"] != 1 || c["GetItem"] < 2*13 {
+				t.Errorf("calls = %v; want 2 PutItem, one DeleteItem (the dead session's item), no other write but %d session heartbeats, and two reads (lock, session) per retry", c, heartbeats)
+			}
+			if item := rawItem(t, e, held[0].SessionKey(), "-"); item != nil {
+				t.Errorf("the dead session's item is still there: %v", item)
 			}
 		})
 	}
@@ -259,9 +264,11 @@ func TestSessionNoTakeoverWhileSessionHeartbeats(t *testing.T) {
 }
 
 // A lock released and taken again under the same session while the waiter
-// watches is a new pair: the waiter's wait starts again, and the new
-// holder's lock is not stolen at the old one's time.
-func TestSessionLockTakenAgainRestartsTheWait(t *testing.T) {
+// watches does not start the wait again: the waiter watches the session,
+// whose holder counts the lock written again safe only as long as the
+// session (lock.go). The takeover's put is conditioned on the new
+// version number.
+func TestSessionLockTakenAgainKeepsTheSessionsWait(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	_, held := deadSessionHolder(t, e, 10*time.Second, "k")
@@ -271,9 +278,10 @@ func TestSessionLockTakenAgainRestartsTheWait(t *testing.T) {
 	start := clk.Monotonic()
 	done := make(chan struct{})
 	var werr error
+	var lock *ddblock.Lock
 	go func() {
 		defer close(done)
-		_, werr = waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
+		lock, werr = waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
 	}()
 	for range 6 {
 		waitFor(t, "the waiter to sleep", func() bool { return clk.Timers() >= 2 })
@@ -283,13 +291,15 @@ func TestSessionLockTakenAgainRestartsTheWait(t *testing.T) {
 	// session between two of the waiter's reads: its version number
 	// changes, its session's does not.
 	setRVN(t, e, "k", "-", held[0].RecordVersionNumber(), "taken-again")
-	retaken := clk.Monotonic()
 	stepUntil(t, clk, 2, done, time.Minute)
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	if took := puts.lastPut(); took-retaken < 10*time.Second {
-		t.Errorf("took the new holder's lock %v after it was taken (%v after the wait began); want a whole lease", took-retaken, took-start)
+	if took := puts.lastPut() - start; took < 10*time.Second || took > 11*time.Second {
+		t.Errorf("took over %v after the wait began; want within a retry period of the session's 10 s lease", took)
+	}
+	if from := lock.TakenOverFrom(); from == nil || from.RecordVersionNumber != "taken-again" {
+		t.Errorf("TakenOverFrom = %+v; want the lock as written again", from)
 	}
 }
 
@@ -609,7 +619,9 @@ func TestSessionTryAcquireRemembers(t *testing.T) {
 	if _, err := waiter.TryAcquireLock(ctx, "k"); err != nil {
 		t.Fatalf("try after the lease: %v", err)
 	}
-	if diff := cmp.Diff(ops("GetItem", 2, "PutItem", 1), calls.snapshot()); diff != "" {
+	// The lock and its session read, the put, and the dead session's item
+	// deleted.
+	if diff := cmp.Diff(ops("GetItem", 2, "PutItem", 1, "DeleteItem", 1), calls.snapshot()); diff != "" {
 		t.Errorf("calls of the try that took over (-want +got):\n%s", diff)
 	}
 }
@@ -661,5 +673,289 @@ func TestSessionSemaphoreSlotTakeover(t *testing.T) {
 	c := calls.snapshot()
 	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != c["Query"] {
 		t.Errorf("calls = %v; want one put, and a Query and a session read per retry", c)
+	}
+}
+
+// A dead session's locks come back together: once a waiter has watched
+// the session stand for its lease (taking its first lock), every other
+// lock of the session is taken over at once, sequentially or
+// concurrently, without reading the session again, and the dead
+// session's item is deleted once.
+func TestDeadSessionLocksComeBackTogether(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"}
+	_, held := deadSessionHolder(t, e, 10*time.Second, keys...)
+	sessKey := held[0].SessionKey()
+	clk := fakeClock()
+	calls := newCounting(e.ddb)
+	puts := &putClock{DynamoDBAPI: calls, clk: clk}
+	waiter := e.clientOn(puts, ddblock.WithClock(clk), ddblock.WithOwnerName("waiter"))
+	const retry = 700 * time.Millisecond
+	acquire := func(key string) (*ddblock.Lock, error) {
+		return waiter.AcquireLock(ctx, key, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+	}
+	start := clk.Monotonic()
+	if _, _, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) { return acquire("k0") }); err != nil {
+		t.Fatal(err)
+	}
+	if took := puts.lastPut() - start; took < 10*time.Second || took > 10*time.Second+2*retry {
+		t.Errorf("first lock taken over after %v; want within [10s, 10s+%v]", took, 2*retry)
+	}
+	if item := rawItem(t, e, sessKey, "-"); item != nil {
+		t.Errorf("the dead session's item is still there: %v", item)
+	}
+
+	// Sequentially (TryAcquireLock: one attempt each): at once, a put (or two) and at most one read of the
+	// lock each, never of the session, and no more deletes.
+	calls.reset()
+	judged := clk.Monotonic()
+	for _, k := range keys[1:5] {
+		l, err := waiter.TryAcquireLock(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if from := l.TakenOverFrom(); from == nil || from.OwnerName != "dead" {
+			t.Errorf("%s: TakenOverFrom = %+v; want the dead session's lock", k, from)
+		}
+	}
+	c := calls.snapshot()
+	if c["PutItem"] != 2*4 || c["GetItem"] > 4 || c["DeleteItem"] != 0 || clk.Monotonic() != judged {
+		t.Errorf("calls %v after %v of fake time; want two puts a lock, at most one lock read each, no delete, no wait", c, clk.Monotonic()-judged)
+	}
+
+	// Concurrently: the same.
+	errs := make(chan error, len(keys[5:]))
+	for _, k := range keys[5:] {
+		go func() {
+			_, err := waiter.TryAcquireLock(ctx, k)
+			errs <- err
+		}()
+	}
+	for range keys[5:] {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if clk.Monotonic() != judged {
+		t.Errorf("concurrent takeovers took %v of fake time; want none", clk.Monotonic()-judged)
+	}
+	for _, k := range keys {
+		if got := strAttr(rawItem(t, e, k, "-"), "owner_name"); got != "waiter" {
+			t.Errorf("%s is owned by %q", k, got)
+		}
+	}
+	if got := waiter.Stats().DeadSessionLocks; got != uint64(len(keys)-1) {
+		t.Errorf("Stats().DeadSessionLocks = %d; want %d, every lock but the first", got, len(keys)-1)
+	}
+}
+
+// Waiters on several locks of one session share the watch: acquires of
+// different keys that start one after another, each first seeing the
+// session at a different time, all take over once the session has stood
+// for its lease since the first of them saw it.
+func TestDeadSessionWatchIsShared(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2"}
+	deadSessionHolder(t, e, 10*time.Second, keys...)
+	clk := fakeClock()
+	waiter := e.client(ddblock.WithClock(clk))
+	const retry = time.Second
+	done := make(chan error, len(keys))
+	start := clk.Monotonic()
+	for i, k := range keys {
+		if i > 0 {
+			// The next acquire starts 3 fake seconds after the last.
+			for range 3 {
+				waitFor(t, "the acquires to sleep", func() bool { return clk.Timers() >= 1+i })
+				clk.Advance(time.Second)
+			}
+		}
+		go func() {
+			_, err := waiter.AcquireLock(ctx, k, ddblock.WithRetryPeriod(retry), ddblock.WithRetryTimeout(time.Minute))
+			done <- err
+		}()
+	}
+	finished := 0
+	for finished < len(keys) {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished++
+			continue
+		case <-time.After(time.Millisecond):
+		}
+		// The monitor, each acquire still asleep, and once a lock is held
+		// the heartbeater: step only when every acquire sleeps.
+		need := 1 + len(keys) - finished
+		if finished > 0 {
+			need++
+		}
+		if clk.Timers() >= need && waiter.Stats().HeartbeatsInFlight == 0 {
+			clk.AdvanceToNext()
+		}
+	}
+	if took := clk.Monotonic() - start; took > 10*time.Second+retry {
+		t.Errorf("all taken over after %v; want within a retry period of the session's lease since the first look", took)
+	}
+}
+
+// failingUpdates fails every UpdateItem (heartbeats) while on.
+type failingUpdates struct {
+	ddblock.DynamoDBAPI
+	on atomic.Bool
+}
+
+func (f *failingUpdates) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.on.Load() {
+		return nil, &types.InternalServerError{Message: aws.String("test: heartbeats fail")}
+	}
+	return f.DynamoDBAPI.UpdateItem(ctx, in, o...)
+}
+
+// A client puts no lock on its own session while the session is past its
+// safe period: waiters judge a session's locks by the session alone, so
+// the lock would be in danger from the start. The attempt fails with
+// LOCK_IN_DANGER (AcquireLock tries again at its next retry: it is
+// retried as a transient failure), and once a heartbeat of the session
+// lands the lock is taken.
+func TestNoLockOnASessionInDanger(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	clk := fakeClock()
+	ddb := &failingUpdates{DynamoDBAPI: e.ddb}
+	c := e.clientOn(ddb, ddblock.WithClock(clk), ddblock.WithSessionLease(), ddblock.WithLeaseDuration(30*time.Second),
+		ddblock.WithSafePeriod(20*time.Second), ddblock.WithHeartbeatPeriod(5*time.Second))
+	first := acquireN(t, c, "k0")[0]
+	ddb.on.Store(true)
+	waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 })
+	clk.Advance(21 * time.Second) // past the safe period, no heartbeat landing
+	waitFor(t, "the first lock in danger", func() bool { return first.Status() == ddblock.StatusInDanger })
+	if _, err := c.TryAcquireLock(ctx, "k1"); !errors.Is(err, ddblock.ErrLockInDanger) {
+		t.Fatalf("TryAcquireLock on a session in danger: %v; want LOCK_IN_DANGER", err)
+	}
+	if _, err := c.AcquireLock(ctx, "k1", ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrLockInDanger) {
+		t.Fatalf("AcquireLock's last attempt on a session in danger: %v; want LOCK_IN_DANGER", err)
+	}
+	if item := rawItem(t, e, "k1", "-"); item != nil {
+		t.Fatalf("a lock item was written: %v", item)
+	}
+	ddb.on.Store(false)
+	// The next heartbeat is due a period after the failed one: step the
+	// clock to it (the heartbeater's and the monitor's timers), until one
+	// lands and the session recovers.
+	for step := 0; first.Status() != ddblock.StatusLocked; step++ {
+		if step == 10 {
+			t.Fatalf("not recovered after %d steps; stats %+v", step, c.Stats())
+		}
+		waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 && c.Stats().HeartbeatsInFlight == 0 })
+		if first.Status() == ddblock.StatusLocked {
+			break
+		}
+		clk.AdvanceToNext()
+	}
+	lock, err := c.TryAcquireLock(ctx, "k1")
+	if err != nil {
+		t.Fatalf("once a heartbeat landed: %v", err)
+	}
+	if lock.Status() != ddblock.StatusLocked {
+		t.Errorf("the new lock is %v; want LOCKED", lock.Status())
+	}
+}
+
+// BenchmarkDeadSessionTakeover measures how long one client takes to take
+// over all the locks of a dead session client (closed without releasing
+// them, so that its session item stands still, as a killed process's
+// does), one after another and all at once, against the session's lease.
+// Figures are in doc/sessions.md:
+//
+//	go test -run '^$' -bench DeadSessionTakeover -benchtime 1x -count 3 .
+func BenchmarkDeadSessionTakeover(b *testing.B) {
+	const (
+		locks = 1000
+		lease = 3 * time.Second
+	)
+	for _, mode := range []string{"sequential", "concurrent"} {
+		b.Run(fmt.Sprintf("%s/locks=%d/lease=%v", mode, locks, lease), func(b *testing.B) {
+			ddb, table := benchTable(b)
+			ctx := context.Background()
+			for n := range b.N {
+				b.StopTimer()
+				keys := make([]string, locks)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("job-%d-%d", n, i)
+				}
+				dead, err := ddblock.New(ddb, ddblock.WithTableName(table), ddblock.WithLogger(quiet), ddblock.WithOwnerName("dead"),
+					ddblock.WithSessionLease(), ddblock.WithLeaseDuration(lease), ddblock.WithSafePeriod(lease*2/3), ddblock.WithHeartbeatPeriod(lease/6))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys {
+					if _, err := dead.AcquireLock(ctx, k); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Closed keeping its locks: its session is never
+				// heartbeated again, and its item stays.
+				if err := dead.Close(ctx, false); err != nil {
+					b.Fatal(err)
+				}
+				waiter, err := ddblock.New(ddb, ddblock.WithTableName(table), ddblock.WithLogger(quiet), ddblock.WithOwnerName("waiter"),
+					ddblock.WithLeaseDuration(lease), ddblock.WithSafePeriod(lease*2/3), ddblock.WithHeartbeatPeriod(lease/6))
+				if err != nil {
+					b.Fatal(err)
+				}
+				acquire := func(k string) error {
+					_, err := waiter.AcquireLock(ctx, k, ddblock.WithRetryPeriod(lease/10), ddblock.WithRetryTimeout(10*lease))
+					return err
+				}
+				b.StartTimer()
+				start := time.Now()
+				var first time.Duration
+				switch mode {
+				case "sequential":
+					for i, k := range keys {
+						if err := acquire(k); err != nil {
+							b.Fatal(err)
+						}
+						if i == 0 {
+							first = time.Since(start)
+						}
+					}
+				case "concurrent":
+					var wg sync.WaitGroup
+					errs := make(chan error, locks)
+					for _, k := range keys {
+						wg.Go(func() { errs <- acquire(k) })
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				all := time.Since(start)
+				b.StopTimer()
+				if got := waiter.Stats().HeldLocks; got != locks {
+					b.Fatalf("the waiter holds %d locks; want %d", got, locks)
+				}
+				b.ReportMetric(all.Seconds(), "s-all")
+				b.ReportMetric((all-lease).Seconds()*1000/locks, "ms/lock-beyond-lease")
+				if first > 0 {
+					b.ReportMetric(first.Seconds(), "s-first")
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				if err := waiter.Close(cctx, true); err != nil {
+					b.Error(err)
+				}
+				cancel()
+				b.StartTimer()
+			}
+		})
 	}
 }

@@ -127,6 +127,7 @@ func (r chaosResult) Summary() string {
 	s := r.Stats
 	fmt.Fprintf(&b, "library counters (clean shutdowns): heartbeats sent %d, failed %d, skipped %d, late rounds %d, in danger %d, recovered %d, stolen %d\n",
 		s.HeartbeatsSent, s.HeartbeatsFailed, s.HeartbeatsSkipped, s.LateRounds, s.InDanger, s.Recovered, s.Stolen)
+	fmt.Fprintf(&b, "locks taken over from a session already judged dead (no wait of their own): %d\n", s.DeadSessionLocks)
 	return b.String()
 }
 
@@ -311,6 +312,7 @@ func (c *chaos) addStats(s ddblock.Stats) {
 	t.InDanger += s.InDanger
 	t.Recovered += s.Recovered
 	t.Stolen += s.Stolen
+	t.DeadSessionLocks += s.DeadSessionLocks
 }
 
 func (c *chaos) problem(format string, args ...any) {

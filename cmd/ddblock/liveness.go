@@ -21,7 +21,9 @@ import (
 //     long as D is longer than the holders' heartbeat period.
 //
 // A lock attached to a session is never rewritten: its holder is judged
-// by its session item instead, and presumed dead when that is gone.
+// by its session item instead, and presumed dead when that is gone. A
+// session item itself is judged as its client's: a dead session's locks
+// are free to waiters, all at once.
 
 // The holder states.
 const (
@@ -65,6 +67,17 @@ func sessionGone(evidence string) holderJSON {
 // holderByStamp judges the holder by its heartbeat stamp (a session's
 // lock by its session item's), as of now on this host's wall clock.
 func holderByStamp(info *ddblock.LockInfo, now time.Time) holderJSON {
+	if info.IsSession {
+		h := holderByStamp(&ddblock.LockInfo{HeartbeatTime: info.HeartbeatTime, LeaseDuration: info.LeaseDuration}, now)
+		switch h.State {
+		case holderUnknown:
+		case holderPresumedDead:
+			h.Detail = "session " + h.Detail + ": waiters may take its locks over"
+		default:
+			h.Detail = "session " + h.Detail
+		}
+		return h
+	}
 	if info.Session != nil {
 		if info.Session.Item == nil {
 			// Known from the read itself, with no clock.
@@ -95,6 +108,9 @@ func holderByStamp(info *ddblock.LockInfo, now time.Time) holderJSON {
 // holderByWatch judges the holder of now by what the table held watch
 // earlier (before; nil when the lock was not there).
 func holderByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSON {
+	if now.IsSession {
+		return sessionItemByWatch(before, now, watch)
+	}
 	if now.Session != nil && before != nil && before.OwnerName == now.OwnerName &&
 		before.RecordVersionNumber == now.RecordVersionNumber {
 		return sessionByWatch(before, now, watch)
@@ -135,6 +151,25 @@ func sessionByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJS
 	case watch >= now.Session.LeaseDuration:
 		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("no session heartbeat in %v, its whole lease: a waiter may take it over", watch)}
+	default:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no session heartbeat in %v", watch)}
+	}
+}
+
+// sessionItemByWatch judges the client of a session item by the item at
+// both reads (before is nil when it was not there).
+func sessionItemByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSON {
+	switch {
+	case before == nil:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("session started during the %v watch", watch)}
+	case before.RecordVersionNumber != now.RecordVersionNumber:
+		return holderJSON{State: holderLive, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("session heartbeated during the %v watch", watch)}
+	case watch >= now.LeaseDuration:
+		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
+			Detail: fmt.Sprintf("no session heartbeat in %v, its whole lease: waiters may take its locks over", watch)}
 	default:
 		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("no session heartbeat in %v", watch)}

@@ -44,10 +44,13 @@ never rewritten: its holder heartbeats its session item instead. Its LEASE
 is the session's, marked "(session)", and its HOLDER is judged by the
 session item: by its stamp, by its version across a --watch, or presumed
 dead when the session item is gone. Session items (keys
-ddblock_session#...) are listed too, marked "(session item)". With
---json, such a lock has a "session" object (key, lease_seconds,
-item_present, record_version_number) and a session item has
-"session_item": true.`
+ddblock_session#...) are listed too, marked "(session item)": each is the
+item of one client, whose HOLDER is that client (live, or presumed dead:
+then waiters take all its locks over together), and whose ATTRIBUTES
+column lists the locks that name it. With --json, such a lock has a
+"session" object (key, lease_seconds, item_present,
+record_version_number) and a session item has "session_item": true and
+"session_locks" (its locks' keys; absent when none names it).`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -134,10 +137,21 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			holders[i] = holderByStamp(l, now)
 		}
 	}
+	// The locks of each session item listed.
+	onSession := map[string][]lockKeyJSON{}
+	for _, l := range locks {
+		if l.Session != nil {
+			onSession[l.Session.PartitionKey] = append(onSession[l.Session.PartitionKey], lockKeyJSON{l.PartitionKey, l.SortKey})
+		}
+	}
 	if asJSON {
 		out := make([]lockJSON, 0, len(locks))
 		for i, l := range locks {
-			out = append(out, toJSON(l, holders[i]))
+			j := toJSON(l, holders[i])
+			if l.IsSession {
+				j.SessionLocks = onSession[l.PartitionKey]
+			}
+			out = append(out, j)
 		}
 		return writeJSON(env.stdout, out)
 	}
@@ -156,8 +170,12 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		if conn.pkOnly {
 			sk = ""
 		}
+		attrs := formatAttrs(l.AdditionalAttributes)
+		if l.IsSession {
+			attrs = sessionItemText(onSession[l.PartitionKey], conn.pkOnly)
+		}
 		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, ownerText(l), holders[i].text(),
-			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), formatAttrs(l.AdditionalAttributes))
+			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), attrs)
 	}
 	return tw.Flush()
 }
@@ -211,6 +229,9 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	}
 	fmt.Fprintf(tw, "owner\t%s\n", ownerText(info))
 	fmt.Fprintf(tw, "holder\t%s\n", holder.text())
+	if info.IsSession {
+		fmt.Fprintf(tw, "kind\tsession item of a client: its locks name it (ddblock ls lists them), and are all free once it stands still for its lease\n")
+	}
 	fmt.Fprintf(tw, "lease\t%s\n", leaseText(info))
 	if s := info.Session; s != nil {
 		fmt.Fprintf(tw, "session\t%s\n", cell(s.PartitionKey))
@@ -257,6 +278,31 @@ type lockJSON struct {
 	Session *sessionJSON `json:"session,omitempty"`
 	// SessionItem is true for a session item itself.
 	SessionItem bool `json:"session_item,omitempty"`
+	// SessionLocks are, for a session item listed by ls, the locks
+	// listed with it that name it; absent when none does.
+	SessionLocks []lockKeyJSON `json:"session_locks,omitempty"`
+}
+
+// lockKeyJSON names one lock.
+type lockKeyJSON struct {
+	Key     string `json:"key"`
+	SortKey string `json:"sort_key"`
+}
+
+// sessionItemText is the ATTRIBUTES cell of a session item: what it is,
+// and the locks that name it.
+func sessionItemText(locks []lockKeyJSON, pkOnly bool) string {
+	if len(locks) == 0 {
+		return "session item of a client; no lock names it"
+	}
+	names := make([]string, len(locks))
+	for i, l := range locks {
+		names[i] = cell(l.Key)
+		if !pkOnly {
+			names[i] += "/" + cell(l.SortKey)
+		}
+	}
+	return "session item of a client; its locks: " + strings.Join(names, ", ")
 }
 
 // sessionJSON is a lock's session as ls and get print it.

@@ -188,13 +188,26 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
 		}
-		wg.Go(func() {
-			if err := h.Run(ctx); err != nil {
-				mu.Lock()
-				runErrs = append(runErrs, err)
-				mu.Unlock()
-			}
-		})
+		holders := []*mutexcheck.Holder{h}
+		if strings.HasPrefix(fl.Name, "session") {
+			// A second holder on the same client: a session client
+			// killed here leaves several locks on one session, which
+			// waiters take over together (and each holder meets the
+			// other's locks: ALREADY_HELD).
+			twin := *h
+			twin.ID, twin.Seed = name+"+twin", h.Seed+500
+			twin.UseWithLock, twin.UseElection, twin.UseSemaphore = false, false, false
+			holders = append(holders, &twin)
+		}
+		for _, h := range holders {
+			wg.Go(func() {
+				if err := h.Run(ctx); err != nil {
+					mu.Lock()
+					runErrs = append(runErrs, err)
+					mu.Unlock()
+				}
+			})
+		}
 	}
 	wg.Wait()
 
@@ -213,6 +226,7 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 		total.InDanger += s.InDanger
 		total.Recovered += s.Recovered
 		total.Stolen += s.Stolen
+		total.DeadSessionLocks += s.DeadSessionLocks
 	}
 	if err := events.Err(); err != nil {
 		runErrs = append(runErrs, fmt.Errorf("writing the log: %w", err))

@@ -40,6 +40,17 @@
 //	go run ./internal/cmd/ddblock-load --server dynamodb-local --locks 1000 --period 1s
 //	go run ./internal/cmd/ddblock-load --session --json --no-ceiling --locks 100000 --period 1s
 //
+// With --scenario contention it measures instead how the waiters of one
+// key are served (see contention.go): --contenders clients, spread over
+// --procs worker processes (copies of this command), loop acquire, hold
+// for --hold, release on one key (or --keys keys) for --duration, waiting
+// with a --retry-period in the --wait-mode given. It reports acquisitions
+// per contender with Jain's fairness index, the waits, the longest streak
+// by one contender, the handoffs from one holder to the next, and the
+// reads and writes per second each key cost on the wire:
+//
+//	go run ./internal/cmd/ddblock-load --scenario contention --contenders 12 --procs 3 --hold 30ms --retry-period 50ms --duration 45s
+//
 // With --json, each scenario is also printed as one JSON object a line on
 // standard output (the text report moves to standard error): its fields
 // are documented on jsonResult.
@@ -89,9 +100,14 @@ type config struct {
 	memProfile     string
 	json           bool
 	session        bool // the client holds its locks through a session item (WithSessionLease)
+	scenario       string
+	contention     contentionConfig
 }
 
 func main() {
+	if isWorker() {
+		os.Exit(workerMain(os.Stdin, os.Stdout))
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ddblock-load:", err)
 		os.Exit(1)
@@ -105,7 +121,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&cfg.period, "period", ddblock.DefaultHeartbeatPeriod, "heartbeat period")
 	fs.DurationVar(&cfg.safe, "safe", 0, "safe period (default 4 × period, the library's default ratio)")
 	fs.DurationVar(&cfg.lease, "lease", 0, "lease duration (default 6 × period, the library's default ratio)")
-	fs.DurationVar(&cfg.duration, "duration", 0, "how long each scenario holds its locks (default 4 × period, at least 20s)")
+	fs.DurationVar(&cfg.duration, "duration", 0, "how long each scenario holds its locks (default 4 × period, at least 20s); with --scenario contention, the measured window (default 45s)")
 	fs.DurationVar(&cfg.settle, "settle", -1, "how long to hold the locks, unmeasured, between the last acquire and the window (default one period), so that the window sees full rounds; the first heartbeat of each lock is reported either way")
 	fs.IntVar(&cfg.concurrency, "concurrency", ddblock.DefaultHeartbeatConcurrency, "the client's HeartbeatConcurrency")
 	fs.IntVar(&cfg.tps, "tps", ddblock.DefaultHeartbeatTPS, "the client's HeartbeatTPS (-1: adaptive)")
@@ -121,6 +137,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&cfg.session, "session", false, "the client holds its locks through one session item (ddblock.WithSessionLease): one heartbeat write a period whatever the number of locks")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario on standard output, and the text report on standard error")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&cfg.scenario, "scenario", scenarioHeartbeats, "what to measure: heartbeats (the server's ceiling and one client holding --locks), or contention (contenders waiting for one key: --contenders, --procs, --keys, --hold, --retry-period, --wait-mode)")
+	addContentionFlags(fs, &cfg.contention)
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write heap profiles to this prefix: <prefix>-<locks>-held.pprof once the locks are held, <prefix>-<locks>-end.pprof at the end of the window")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -156,10 +174,20 @@ func parseFlags(args []string) (*config, error) {
 	if cfg.settle < 0 {
 		cfg.settle = cfg.period
 	}
-	if cfg.duration == 0 {
-		cfg.duration = max(4*cfg.period, 20*time.Second)
-	}
 	var problems []string
+	switch cfg.scenario {
+	case scenarioHeartbeats:
+		if cfg.duration == 0 {
+			cfg.duration = max(4*cfg.period, 20*time.Second)
+		}
+	case scenarioContention:
+		if cfg.duration == 0 {
+			cfg.duration = 45 * time.Second
+		}
+		problems = append(problems, cfg.contention.check()...)
+	default:
+		problems = append(problems, fmt.Sprintf("--scenario %q: want %s or %s", cfg.scenario, scenarioHeartbeats, scenarioContention))
+	}
 	if cfg.period <= 0 || cfg.duration <= 0 || cfg.ceilingFor <= 0 {
 		problems = append(problems, "--period, --duration and --ceiling-duration must be positive")
 	}
@@ -237,6 +265,14 @@ func run(args []string, stdout io.Writer) error {
 	ddb := testserver.NewClient(endpoint, cfg.endpoint != "" && !isLoopback(endpoint), 0)
 
 	printMachine(out, endpoint, serverName, srv != nil && !srv.External)
+	if cfg.scenario == scenarioContention {
+		// The workers sign as this server's clients do.
+		env := os.Environ()
+		if srv != nil {
+			env = srv.ChildEnv(env)
+		}
+		return contentionMain(ctx, ddb, endpoint, env, serverName, cfg, out, stdout)
+	}
 
 	var ceilings []ceilingResult
 	if cfg.ceiling {

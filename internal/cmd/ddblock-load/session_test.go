@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -9,7 +10,15 @@ import (
 	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
-func TestMain(m *testing.M) { ddbtest.Main(m) }
+// TestMain runs the tests against one server; started as a contention
+// worker (by TestContentionSmoke, which re-executes this binary), it is
+// that worker instead.
+func TestMain(m *testing.M) {
+	if isWorker() {
+		os.Exit(workerMain(os.Stdin, os.Stdout))
+	}
+	ddbtest.Main(m)
+}
 
 // --session gives the client WithSessionLease: one session item takes
 // every heartbeat, no lock item is rewritten, each lock's gaps are its
