@@ -127,8 +127,8 @@ type Stats struct {
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	if c.usable() != nil {
-		return Stats{}
+	if c == nil {
+		return Stats{} // a client not made with New counts nothing either
 	}
 	c.mu.Lock()
 	held := len(c.locks)
