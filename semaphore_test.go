@@ -130,15 +130,15 @@ func TestSemaphoreCallCounts(t *testing.T) {
 	if _, err := s.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := fmt.Sprint(calls.snapshot()); diff != fmt.Sprint(ops("Query", 1, "PutItem", 2)) {
-		t.Errorf("first acquire: %v; want a Query, the metadata's put and the slot's", diff)
+	if diff := fmt.Sprint(calls.snapshot()); diff != fmt.Sprint(ops("GetItem", 1, "Query", 1, "PutItem", 2)) {
+		t.Errorf("first acquire: %v; want a Query, the metadata's put and the slot's, and the metadata's read that confirms the slot", diff)
 	}
 	calls.reset()
 	if _, err := s.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(calls.snapshot()); got != fmt.Sprint(ops("Query", 1, "PutItem", 1)) {
-		t.Errorf("second acquire: %v; want a Query and a put", got)
+	if got := fmt.Sprint(calls.snapshot()); got != fmt.Sprint(ops("GetItem", 1, "Query", 1, "PutItem", 1)) {
+		t.Errorf("second acquire: %v; want a Query, a put and the metadata's read that confirms it", got)
 	}
 	calls.reset()
 	for range 3 {
@@ -304,8 +304,8 @@ func TestSemaphoreTakeoverOfDeadHolder(t *testing.T) {
 		t.Errorf("fencing token %d; want one", lock.FencingToken())
 	}
 	c := calls.snapshot()
-	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != 0 {
-		t.Errorf("calls = %v; want one put and a Query per retry", c)
+	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != 1 {
+		t.Errorf("calls = %v; want one put, a Query per retry, and the metadata's read that confirms the slot", c)
 	}
 }
 

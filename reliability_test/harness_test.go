@@ -60,6 +60,11 @@ type chaosConfig struct {
 	// SemaphoreSlots, when positive, makes some holders take the keys as
 	// semaphores of that many slots (see semaphore_test.go).
 	SemaphoreSlots int
+	// ResizeTo, when set, makes a resizer change every key's semaphore
+	// to each of these numbers in turn, one every ResizeEvery (see
+	// semaphore_test.go).
+	ResizeTo    []int
+	ResizeEvery time.Duration
 	// Fair makes the even in-process slots and the workers' even clients
 	// wait fairly (mutexcheck.Fair), among the others that do not.
 	Fair bool
@@ -210,6 +215,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
 	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
 	chaosDone.Go(func() { c.abandonClients(chaosCtx, holders) })
+	if len(cfg.ResizeTo) > 0 {
+		chaosDone.Go(func() { c.resizeSemaphores(chaosCtx) })
+	}
 	<-chaosCtx.Done()
 	chaosDone.Wait()
 	stopChaos()
