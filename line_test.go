@@ -15,6 +15,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // Fair waiting (line.go): tests on a real server, the waiters on a fake
@@ -498,4 +499,68 @@ func TestFairWaitingBadKeys(t *testing.T) {
 		t.Fatalf("the same key without fair waiting: %v", err)
 	}
 	_ = l.Release(ctx)
+}
+
+// On a table keyed by the partition key alone, a line is at
+// "ddblock_line#KEY": a fair waiter waits in it behind a holder, takes the
+// lock in its turn, and leaves no ticket; a semaphore's line is at
+// "NAME#slots".
+func TestFairWaitingPartitionKeyOnly(t *testing.T) {
+	srv := ddbtest.Shared(t)
+	ddb := srv.Client(0)
+	ctx := context.Background()
+	name := ddbtest.TableName(t)
+	if _, err := ddblock.EnsureTable(ctx, ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
+		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	newClient := func(owner string, opts ...ddblock.Option) *ddblock.Client {
+		c, err := ddblock.New(ddb, append([]ddblock.Option{ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
+			ddblock.WithLogger(quiet), ddblock.WithOwnerName(owner)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(ctx, true) })
+		return c
+	}
+	holder := newClient("holder")
+	held, err := holder.AcquireLock(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	waiter := newClient("waiter", append(fakeTimes(), ddblock.WithClock(clk))...)
+	waitForSleepers(t, clk, 1)
+	w := startFair(waiter, "waiter", "job")
+	waitForSleepers(t, clk, 2)
+	line, err := holder.Line(ctx, "job", "")
+	if err != nil || len(line.Tickets) != 1 || line.Tickets[0].OwnerName != "waiter" || line.SortKey != "" {
+		t.Fatalf("line %+v, %v; want the waiter's ticket, no sort key", line, err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stepWhile(t, clk, func() int { return 2 }, func() bool { return !w.finished() }, time.Minute)
+	if w.err != nil {
+		t.Fatalf("fair acquire: %v", w.err)
+	}
+	if err := w.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := holder.Line(ctx, "job", ""); err != nil || len(line.Tickets) != 0 {
+		t.Errorf("line after: %+v, %v; want none", line, err)
+	}
+	s, err := holder.NewSemaphore("pool", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := s.Acquire(ctx, ddblock.WithFairWaiting())
+	if err != nil {
+		t.Fatalf("fair semaphore acquire: %v", err)
+	}
+	_ = slot.Release(ctx)
+	if line, err := s.Line(ctx); err != nil || line.PartitionKey != "pool#slots" || len(line.Tickets) != 0 {
+		t.Errorf("the semaphore's line: %+v, %v; want pool#slots, empty", line, err)
+	}
 }
