@@ -104,6 +104,8 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	}
 	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
+	a.kw, a.joined = c.waiters.join(a.id)
+	defer c.waiters.leave(a.id, a.kw)
 	lock, err := a.run(ctx, a, &a.opts)
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
 	return lock, err
@@ -170,37 +172,95 @@ type acquisition struct {
 	// fast: what was seen is taken over by its holder's stamp, not for
 	// having been watched a whole lease (set by mayWrite).
 	fast bool
+	// When the look that showed seen was made: monotonic (after the
+	// reply) and wall clock. The lock's expiry is judged as of then.
+	lookAt   time.Duration
+	lookWall time.Time
+
+	// The waiters of this key in this client (waiters.go), for
+	// AcquireLock and TryAcquireLock: kw is nil for a semaphore's slots.
+	kw       *keyWait
+	joined   uint64          // the latest call of kw that ended before this acquire came
+	handoff  <-chan struct{} // closed when this client releases the key
+	callEnd  <-chan struct{} // closed when the call of another waiter ends
+	readSent time.Duration   // when this acquisition's last read of the item was sent
+	// backoffErr is the throttle that the key's reads are backing off from.
+	backoffErr error
 }
 
 // attempt makes one try. It returns the lock when acquired, an error
 // when the acquire must end, and neither when it should wait and retry.
+// Which call it makes, if any, the key's waiters decide between them
+// (waiters.go): one call for the key at a time, one read per retry
+// period, one put per look that shows the lock free.
 func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
-	c := a.c
-	if c.holds(a.id) {
-		// Checked at every attempt, not only the first: a concurrent
-		// acquire of the same key by this client may have won meanwhile.
-		return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+	for {
+		switch a.c.waiters.next(a) {
+		case stepOwn:
+			if !a.opts.WaitOnOwn {
+				// Checked at every attempt, not only the first: a
+				// concurrent acquire of the same key by this client may
+				// have won meanwhile.
+				return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+			}
+			return nil, nil // woken by its release
+		case stepWait:
+			if !a.once {
+				return nil, nil // woken when the call ends
+			}
+			// TryAcquireLock answers from that call's outcome.
+			select {
+			case <-a.callEnd:
+			case <-ctx.Done():
+				return nil, contextError(ctx, a.fail)
+			case <-a.c.ctx.Done():
+				return nil, a.fail(CodeClientShutdown, "the client was closed while acquiring", nil)
+			}
+		case stepHeld:
+			return nil, nil
+		case stepBackoff:
+			return nil, &backingOff{a.backoffErr}
+		case stepRead:
+			return a.readThenPut(ctx)
+		case stepPut:
+			return a.putOnLook(ctx, false)
+		}
 	}
-	if a.seen != nil && !a.seen.Released {
-		// Someone held the lock when we last looked: read before writing,
-		// so that waiting costs reads only.
-		info, err := c.readItem(ctx, a.pk, a.opts.SortKey)
-		if err != nil {
-			return nil, a.callError(ctx, "reading the lock", err)
-		}
-		if err := a.look(ctx, info); err != nil {
-			return nil, err
-		}
-		if !a.mayWrite() {
-			return nil, nil // held, and not yet silent for a whole lease
-		}
+}
+
+// readThenPut reads the item, and puts when what it shows can be taken:
+// someone held the lock when we last looked, so waiting costs reads only.
+func (a *acquisition) readThenPut(ctx context.Context) (*Lock, error) {
+	a.readSent = a.c.clock.Monotonic()
+	info, err := a.c.readItem(ctx, a.pk, a.opts.SortKey)
+	if err == nil {
+		err = a.look(ctx, info)
+	} else {
+		err = a.callError(ctx, "reading the lock", err)
 	}
-	lock, err := a.putWithSession(ctx)
+	if err != nil {
+		a.c.waiters.done(a, false, false, true, err, err)
+		return nil, err
+	}
+	if !a.mayWrite() {
+		a.c.waiters.done(a, true, false, true, nil, nil)
+		return nil, nil // held, and not yet silent for a whole lease
+	}
+	return a.putOnLook(ctx, true)
+}
+
+// putOnLook puts our lock on what was seen last, and once more should
+// the put lose to something that can be taken now: the item was
+// released, deleted, or is stale by its holder's stamp. What a lost put
+// found becomes the key's latest look.
+func (a *acquisition) putOnLook(ctx context.Context, read bool) (lock *Lock, err error) {
+	defer func() {
+		a.c.waiters.done(a, lock == nil && err == nil, true, read, nil, nil)
+	}()
+	lock, err = a.putWithSession(ctx)
 	if lock != nil || err != nil || !a.mayWrite() {
 		return lock, err
 	}
-	// The put lost, but what it found can be taken now: the item was
-	// released, deleted, or is stale by its holder's stamp.
 	return a.putWithSession(ctx)
 }
 
@@ -254,13 +314,20 @@ func (a *acquisition) look(ctx context.Context, info *LockInfo) error {
 // of it is kept all the same: a takeover's put is conditioned on it.
 func (a *acquisition) observe(info *LockInfo) {
 	now := a.c.clock.Monotonic()
+	a.lookAt, a.lookWall = now, a.c.clock.Now()
 	switch {
 	case info == nil:
 		a.seen = nil
-	case a.seen == nil || a.seen.RecordVersionNumber != info.RecordVersionNumber:
-		a.seen, a.seenAt = info, now
-	default:
+	case a.seen != nil && a.seen.RecordVersionNumber == info.RecordVersionNumber:
 		a.seen = info // same version: keep the time it was first seen
+	default:
+		// New to this acquire; another acquire of this client (a
+		// waiter of the same key, an earlier call) may have seen it
+		// first, and its sight counts as well as ours.
+		a.seen, a.seenAt = info, now
+		if prior, at := a.c.observations.get(a.id); prior != nil && prior.RecordVersionNumber == info.RecordVersionNumber {
+			a.seenAt = min(at, now)
+		}
 	}
 	if a.seen == nil {
 		a.c.observations.forget(a.id)
@@ -303,7 +370,20 @@ func (a *acquisition) expired() bool {
 	if s := a.seen.Session; s != nil {
 		return a.c.observations.sessionDead(s.PartitionKey, sessionLeaseOf(a.seen))
 	}
-	return a.c.clock.Monotonic()-a.seenAt >= a.seen.LeaseDuration
+	return a.lookAt-a.seenAt >= a.seen.LeaseDuration
+}
+
+// adopt takes a look that another waiter of the key made (or a release
+// by this client) as this acquisition's own: what it showed, when its
+// version was first seen, and when it was made, as of which the lock's
+// expiry is judged.
+func (a *acquisition) adopt(l *look) {
+	seenAt := l.seenAt
+	if a.seen != nil && l.info != nil && a.seen.RecordVersionNumber == l.info.RecordVersionNumber {
+		seenAt = min(seenAt, a.seenAt)
+	}
+	a.seen, a.seenAt = l.info, seenAt
+	a.lookAt, a.lookWall, a.sessionReadWall = l.at, l.wall, l.sessionReadWall
 }
 
 // staleByStamp: fast takeover by the holder's wall-clock stamp. For a
@@ -329,7 +409,7 @@ func (a *acquisition) staleByStamp() bool {
 		a.c.observations.markSessionDead(s.PartitionKey, s.Item.RecordVersionNumber, sessionLeaseOf(a.seen))
 		return true
 	}
-	return a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
+	return a.lookWall.After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
 }
 
 // put writes our lock: a new item when none was seen, or over the seen

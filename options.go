@@ -628,6 +628,14 @@ type AcquireOptions struct {
 	// Callback is told when the lock is in danger, stolen, or recovers.
 	// It runs on the client's callback workers.
 	Callback Callback
+	// WaitOnOwn makes AcquireLock wait for a lock that this client
+	// holds, as for anyone else's, instead of answering ALREADY_HELD:
+	// for goroutines of one client that take turns with a key. When the
+	// client releases it, one waiter takes it within one call, without
+	// waiting for its next attempt. Locks are still not reentrant: a
+	// goroutine that waits for a lock it holds itself waits until its
+	// timeout. Default false. See [WithWaitOnOwn].
+	WaitOnOwn bool
 }
 
 // AcquireOption changes one setting of [AcquireOptions].
