@@ -29,7 +29,8 @@ type waitMode interface {
 
 // waitModes are the modes --wait-mode can name.
 var waitModes = map[string]waitMode{
-	"unfair": pollingWait{},
+	"unfair":        pollingWait{},
+	"unfair-shared": sharedPollingWait{},
 }
 
 // waitModeNames lists the modes, for flag help and errors.
