@@ -104,7 +104,7 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	}
 	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
-	a.kw, a.joined = c.waiters.join(a.id)
+	a.kw, a.lastCall = c.waiters.join(a.id)
 	defer c.waiters.leave(a.id, a.kw)
 	lock, err := a.run(ctx, a, &a.opts)
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
@@ -180,7 +180,7 @@ type acquisition struct {
 	// The waiters of this key in this client (waiters.go), for
 	// AcquireLock and TryAcquireLock: kw is nil for a semaphore's slots.
 	kw       *keyWait
-	joined   uint64          // the latest call of kw that ended before this acquire came
+	lastCall uint64          // the latest of kw's looks this acquisition made or used (at first: the latest before it came)
 	handoff  <-chan struct{} // closed when this client releases the key
 	callEnd  <-chan struct{} // closed when the call of another waiter ends
 	readSent time.Duration   // when this acquisition's last read of the item was sent

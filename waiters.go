@@ -16,9 +16,10 @@ import (
 //     of another waiter in flight waits for its outcome instead of making
 //     its own;
 //   - one read per retry period: a look at the item that another waiter
-//     made, since this one started waiting, less than this waiter's retry
-//     period ago, is used as this waiter's own (so the key is read at the
-//     shortest retry period among its waiters);
+//     made, new to this one (made since it came, and since its own last
+//     look) and no older than its retry period, is used as this waiter's
+//     own (so the key is read at about the shortest retry period among
+//     its waiters);
 //   - one put per free or expired look: the waiter that made the look (or
 //     the first to use it) puts, the others wait for what its put found;
 //   - a release by this client hands the key to its waiters at once
@@ -168,7 +169,10 @@ func (r *waitRoom) next(a *acquisition) step {
 		return stepWait
 	}
 	now := a.c.clock.Monotonic()
-	if l := kw.last; l != nil && l.call > a.joined && (l.handoff || now-l.at < a.opts.RetryPeriod) {
+	if l := kw.last; l != nil && l.call > a.lastCall && (l.handoff || now-l.at <= a.opts.RetryPeriod) {
+		// A look that is new to a, made by another waiter no more than
+		// a's retry period ago: as good as one of a's own.
+		a.lastCall = l.call
 		a.adopt(l)
 		if !a.mayWrite() {
 			return stepHeld
@@ -208,6 +212,7 @@ func (r *waitRoom) done(a *acquisition, publish, put, read bool, readErr, classi
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kw := a.kw
+	a.lastCall = kw.calls
 	if publish {
 		l := &look{call: kw.calls, info: a.seen, seenAt: a.seenAt, at: a.lookAt, wall: a.lookWall, sessionReadWall: a.sessionReadWall}
 		kw.last = l
