@@ -181,6 +181,7 @@ type acquisition struct {
 	// AcquireLock and TryAcquireLock: kw is nil for a semaphore's slots.
 	kw       *keyWait
 	lastCall uint64          // the latest of kw's looks this acquisition made or used (at first: the latest before it came)
+	call     uint64          // the number of this acquisition's call in flight, or of its last
 	handoff  <-chan struct{} // closed when this client releases the key
 	callEnd  <-chan struct{} // closed when the call of another waiter ends
 	readSent time.Duration   // when this acquisition's last read of the item was sent

@@ -49,8 +49,10 @@ type wakingTarget interface {
 
 func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
 	c := r.c
-	scheduled := 0 // attempts made at their time, not woken early
-	early := false
+	// scheduled counts the attempts due so far: the next is due at
+	// start + scheduled × the retry period. An attempt made before its
+	// time (woken early) leaves it as it is.
+	scheduled := 0
 	for {
 		if c.isClosed() {
 			return nil, t.fail(CodeClientShutdown, "the client is closed", nil)
@@ -82,14 +84,14 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		}
 		// Sleep until start + n × the retry period, as Python does,
 		// unless that is past the retry timeout.
-		if !early {
+		if c.clock.Monotonic() >= r.start+time.Duration(scheduled)*opts.RetryPeriod {
 			scheduled++
 		}
 		wake := r.start + time.Duration(scheduled)*opts.RetryPeriod
 		if wake > r.start+opts.RetryTimeout {
 			return nil, r.giveUp(t)
 		}
-		if early, err = r.sleep(ctx, t, wake-c.clock.Monotonic()); err != nil {
+		if err := r.sleep(ctx, t, wake); err != nil {
 			return nil, err
 		}
 	}
@@ -104,26 +106,24 @@ func (r *retryLoop) giveUp(t retryTarget) error {
 	return t.heldError()
 }
 
-// sleep waits d, or less when the target is woken early (reported).
-func (r *retryLoop) sleep(ctx context.Context, t retryTarget, d time.Duration) (early bool, err error) {
+// sleep waits until due (monotonic), or less when the target is woken.
+func (r *retryLoop) sleep(ctx context.Context, t retryTarget, due time.Duration) error {
 	var wakeA, wakeB <-chan struct{}
 	if w, ok := t.(wakingTarget); ok {
 		wakeA, wakeB = w.wakeups()
 	}
-	timer := r.c.clock.NewTimer(max(d, 0))
+	timer := r.c.clock.NewTimer(max(due-r.c.clock.Monotonic(), 0))
 	defer timer.Stop()
 	select {
 	case <-timer.C():
-		return false, nil
 	case <-wakeA:
-		return true, nil
 	case <-wakeB:
-		return true, nil
 	case <-ctx.Done():
-		return false, contextError(ctx, t.fail)
+		return contextError(ctx, t.fail)
 	case <-r.c.ctx.Done():
-		return false, t.fail(CodeClientShutdown, "the client was closed while waiting", nil)
+		return t.fail(CodeClientShutdown, "the client was closed while waiting", nil)
 	}
+	return nil
 }
 
 // contextError is the error of an acquire whose context ended: its

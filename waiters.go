@@ -70,7 +70,6 @@ type look struct {
 	at              time.Duration // when the look was made (monotonic, after the reply)
 	wall            time.Time     // the wall clock then
 	sessionReadWall time.Time     // when the lock's session was last read (wall)
-	handoff         bool          // a release by this client
 }
 
 // Backing off on throttled reads: the next read of the key comes a retry
@@ -121,7 +120,7 @@ func (r *waitRoom) released(id string, kept *LockInfo, now time.Duration, wall t
 		return
 	}
 	kw.calls++
-	kw.last = &look{call: kw.calls, info: kept, seenAt: now, at: now, wall: wall, handoff: true}
+	kw.last = &look{call: kw.calls, info: kept, seenAt: now, at: now, wall: wall}
 	close(kw.changed)
 	kw.changed = make(chan struct{})
 }
@@ -169,7 +168,7 @@ func (r *waitRoom) next(a *acquisition) step {
 		return stepWait
 	}
 	now := a.c.clock.Monotonic()
-	if l := kw.last; l != nil && l.call > a.lastCall && (l.handoff || now-l.at <= a.opts.RetryPeriod) {
+	if l := kw.last; l != nil && l.call > a.lastCall && now-l.at <= a.opts.RetryPeriod {
 		// A look that is new to a, made by another waiter no more than
 		// a's retry period ago: as good as one of a's own.
 		a.lastCall = l.call
@@ -179,27 +178,29 @@ func (r *waitRoom) next(a *acquisition) step {
 		}
 		if kw.claimed < l.call {
 			kw.claimed = l.call
-			r.startLocked(kw)
+			r.startLocked(kw, a)
 			return stepPut
 		}
 		// A put was made on this look and failed: try afresh below.
 	}
 	if a.seen == nil || a.seen.Released {
 		// Nothing held when last seen: put at once, as a lone waiter does.
-		r.startLocked(kw)
-		kw.claimed = kw.calls
+		r.startLocked(kw, a)
+		kw.claimed = a.call
 		return stepPut
 	}
 	if now < kw.notBefore {
 		a.backoffErr = kw.throttle
 		return stepBackoff
 	}
-	r.startLocked(kw)
+	r.startLocked(kw, a)
 	return stepRead
 }
 
-func (r *waitRoom) startLocked(kw *keyWait) {
+// startLocked marks a's call in flight, numbered.
+func (r *waitRoom) startLocked(kw *keyWait, a *acquisition) {
 	kw.calls++
+	a.call = kw.calls
 	kw.busy = make(chan struct{})
 }
 
@@ -212,9 +213,11 @@ func (r *waitRoom) done(a *acquisition, publish, put, read bool, readErr, classi
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kw := a.kw
-	a.lastCall = kw.calls
-	if publish {
-		l := &look{call: kw.calls, info: a.seen, seenAt: a.seenAt, at: a.lookAt, wall: a.lookWall, sessionReadWall: a.sessionReadWall}
+	a.lastCall = a.call
+	// A release by this client during the call (numbered after it) is
+	// newer news than what the call found.
+	if publish && (kw.last == nil || kw.last.call < a.call) {
+		l := &look{call: a.call, info: a.seen, seenAt: a.seenAt, at: a.lookAt, wall: a.lookWall, sessionReadWall: a.sessionReadWall}
 		kw.last = l
 		if put {
 			kw.claimed = l.call

@@ -88,7 +88,8 @@ func TestWaitersOfOneKeyShareOnePoll(t *testing.T) {
 	}
 	clk := fakeClock()
 	calls := newCounting(e.ddb)
-	c := e.clientOn(calls, ddblock.WithClock(clk), ddblock.WithOwnerName("waiters"))
+	reads := &readTimes{DynamoDBAPI: calls, clk: clk}
+	c := e.clientOn(reads, ddblock.WithClock(clk), ddblock.WithOwnerName("waiters"))
 	const (
 		n      = 50
 		period = 100 * time.Millisecond
@@ -101,10 +102,12 @@ func TestWaitersOfOneKeyShareOnePoll(t *testing.T) {
 	advancePeriods(t, clk, sleepers, 1, period)
 
 	calls.reset()
+	from := clk.Monotonic()
 	const periods = 20
 	advancePeriods(t, clk, sleepers, periods, period)
 	if got, want := calls.snapshot(), ops("GetItem", periods); !equalOps(got, want) {
-		t.Fatalf("%d waiters over %d retry periods made calls %v; want %v: one read per period between them", n, periods, got, want)
+		t.Fatalf("%d waiters over %d retry periods made calls %v; want %v: one read per period between them (reads at %v after the start)",
+			n, periods, got, want, gaps(append([]time.Duration{from}, reads.since(from-1)...)))
 	}
 	if len(pool.won()) != 0 || len(pool.failed()) != 0 {
 		t.Fatalf("while the key was held elsewhere: %d won, errors %v", len(pool.won()), pool.failed())
