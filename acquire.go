@@ -51,7 +51,20 @@ const (
 // (errors.Is(err, ErrAlreadyHeld)), where python_dynamodb_lock would
 // wait on its own lock until the retry timeout. A concurrent acquire of
 // the same key by this client that loses to it gets the same answer at
-// its next attempt.
+// its next attempt. With [WithWaitOnOwn] the acquire waits for it
+// instead, as goroutines of one program that take turns with a key do.
+//
+// Goroutines of one client that wait for the same key wait together: the
+// key is read about once per retry period between them (the shortest of
+// their periods), not once each; what a read shows serves them all, and
+// one of them puts when it shows the lock free or expired. Each keeps its
+// own retry period, timeout and context. When this client releases a key
+// that its goroutines wait for (WithWaitOnOwn), one of them takes it at
+// once, its put sent as soon as the release's call is answered, without
+// waiting for its next attempt. When reads of the key are throttled, its
+// waiters read less often (a retry period plus a random part that
+// doubles with each throttled read, up to 16 periods), and at their
+// period again once a read goes through.
 //
 // Failures worth another try (throttling, server errors, timeouts, lost
 // connections) are retried like a held lock, within the retry timeout;
