@@ -20,30 +20,33 @@ func TestTwoClientsContend(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	a := e.client(ddblock.WithOwnerName("a"))
-	b := e.client(append(shortTimes(), ddblock.WithOwnerName("b"))...)
+	clk := fakeClock()
+	b := e.client(ddblock.WithOwnerName("b"), ddblock.WithClock(clk))
 
 	la, err := a.AcquireLock(ctx, "k")
 	if err != nil {
 		t.Fatalf("a: %v", err)
 	}
-	got := make(chan error, 1)
+	done := make(chan struct{})
 	var lb *ddblock.Lock
+	var errB error
 	go func() {
-		var err error
-		lb, err = b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(20*time.Millisecond), ddblock.WithRetryTimeout(time.Minute))
-		got <- err
+		defer close(done)
+		lb, errB = b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
 	}()
-	// b must still be waiting while a holds the lock: a's lease is 30 s.
+	// b finds the lock held (a's lease is 30 s) and waits for its next try.
+	waitForSleepers(t, clk, 2)
 	select {
-	case err := <-got:
-		t.Fatalf("b acquired while a held the lock: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	case <-done:
+		t.Fatalf("b acquired while a held the lock: %v", errB)
+	default:
 	}
 	if err := la.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if err := <-got; err != nil {
-		t.Fatalf("b after release: %v", err)
+	stepUntil(t, clk, 2, done, time.Minute)
+	if errB != nil {
+		t.Fatalf("b after release: %v", errB)
 	}
 	info, err := a.GetLock(ctx, "k", "-")
 	if err != nil || info.OwnerName != "b" || info.RecordVersionNumber != lb.RecordVersionNumber() {
@@ -195,14 +198,15 @@ func TestAcquireContextCancel(t *testing.T) {
 	if _, err := e.client().AcquireLock(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	waiter := e.client()
+	clk := fakeClock()
+	waiter := e.client(ddblock.WithClock(clk))
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
 		_, err := waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Hour), ddblock.WithRetryTimeout(10*time.Hour))
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let it reach its hour-long wait
+	waitForSleepers(t, clk, 2) // the monitor, and the acquire in its hour-long wait
 	cancel()
 	select {
 	case err := <-got:

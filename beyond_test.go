@@ -27,7 +27,9 @@ func TestFencingTokensOnlyRise(t *testing.T) {
 	var tokens []int64
 	var wg sync.WaitGroup
 	for w := range 4 {
-		c := e.client(append(shortTimes(), ddblock.WithFencingTokens(), ddblock.WithOwnerName(fmt.Sprint("w", w)))...)
+		// The default 30 s lease: no holder loses its lock to a busy
+		// machine before it releases it.
+		c := e.client(ddblock.WithFencingTokens(), ddblock.WithOwnerName(fmt.Sprint("w", w)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -49,16 +51,20 @@ func TestFencingTokensOnlyRise(t *testing.T) {
 	}
 	wg.Wait()
 	// A holder that dies is taken over, and the count goes on.
-	dead := e.client(append(shortTimes(), ddblock.WithFencingTokens())...)
+	dead := e.client(append(fakeTimes(), ddblock.WithFencingTokens(), ddblock.WithClock(fakeClock()))...)
 	dl, err := dead.AcquireLock(ctx, "k", ddblock.WithRetryTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens = append(tokens, dl.FencingToken())
 	_ = dead.Close(ctx, false)
-	// A client that does not ask for tokens still carries the count.
-	plain := e.client(shortTimes()...)
-	pl, err := plain.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(20*time.Millisecond))
+	// A client that does not ask for tokens still carries the count. It
+	// waits out the dead holder's 6 s lease on its fake clock.
+	clk := fakeClock()
+	plain := e.client(append(fakeTimes(), ddblock.WithClock(clk))...)
+	pl, _, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return plain.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(time.Minute))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +237,9 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ddblock.New(ddb, ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
-		ddblock.WithLogger(quiet), ddblock.WithHeartbeatPeriod(20*time.Millisecond), ddblock.WithSafePeriod(time.Second))
+	clk := fakeClock()
+	c, err := ddblock.New(ddb, append(fakeTimes(), ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
+		ddblock.WithLogger(quiet), ddblock.WithClock(clk))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +251,10 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	if lock.SortKey() != "" || lock.ID() != "job|" {
 		t.Errorf("sort key %q, ID %q", lock.SortKey(), lock.ID())
 	}
-	waitFor(t, "heartbeats", func() bool { return c.Stats().HeartbeatsSent >= 2 })
+	drive(t, clk, c, clk.Monotonic()+2*time.Second)
+	if n := c.Stats().HeartbeatsSent; n < 2 {
+		t.Errorf("%d heartbeats in two periods; want 2", n)
+	}
 	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKeyValue("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
 		t.Errorf("a sort key on a partition-key-only table: %v", err)
 	}

@@ -1,7 +1,6 @@
 package ddblock
 
 import (
-	"context"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -123,8 +122,9 @@ func (p *callbackPool) runningNow() int {
 }
 
 // work is one worker's loop; it returns when the pool is closing and
-// nothing is left to deliver.
-func (p *callbackPool) work(context.Context) {
+// nothing is left to deliver (close), or at once when delivery was
+// abandoned (abandon): a context would add nothing.
+func (p *callbackPool) work() {
 	defer p.workers.finish()
 	for {
 		p.mu.Lock()

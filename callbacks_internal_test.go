@@ -1,7 +1,6 @@
 package ddblock
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"slices"
@@ -24,7 +23,7 @@ func newPoolForTest(t *testing.T, workers int) (*callbackPool, *Client, func()) 
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.work(context.Background()) }()
+		go func() { defer wg.Done(); p.work() }()
 	}
 	return p, c, func() { p.close(); wg.Wait() }
 }

@@ -199,7 +199,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		}()
 	}
 	for range o.CallbackWorkers {
-		go c.callbacks.work(c.ctx) // each worker finishes c.callbacks.workers
+		go c.callbacks.work() // each worker finishes c.callbacks.workers
 	}
 	return c, nil
 }

@@ -18,6 +18,17 @@ import (
 // has passed (DynamoDB Local within a second or so).
 func fakeClock() *clock.Fake { return clock.NewFake(time.Now().UTC().Truncate(time.Second)) }
 
+// fakeTimes are a client's timings on a fake clock: only fake time passes
+// them, so they can be as short as the test likes without a busy machine
+// eating into them.
+func fakeTimes() []ddblock.Option {
+	return []ddblock.Option{
+		ddblock.WithHeartbeatPeriod(time.Second),
+		ddblock.WithSafePeriod(4 * time.Second),
+		ddblock.WithLeaseDuration(6 * time.Second),
+	}
+}
+
 // waitFor polls cond in real time until it holds, failing the test after
 // ten seconds. It waits for goroutines and network calls to settle, never
 // for a lease: leases run on the fake clock.
@@ -29,6 +40,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitForSleepers waits, in real time, until n timers are pending on clk:
+// an idle client has one (its monitor's), and an acquire waiting between
+// two tries adds its own. It is how a test knows that a call has reached
+// its wait, rather than sleeping and hoping it has.
+func waitForSleepers(t *testing.T, clk *clock.Fake, n int) {
+	t.Helper()
+	if err := clk.WaitForTimers(n, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -52,6 +74,35 @@ func stepUntil(t *testing.T, clk *clock.Fake, sleepers int, done <-chan struct{}
 		select {
 		case <-done:
 			return clk.Monotonic()
+		default:
+		}
+		if clk.Monotonic()-start > limit {
+			t.Fatalf("still not done after %v of fake time", limit)
+		}
+		clk.AdvanceToNext()
+	}
+}
+
+// driveUntil advances c's fake clock from one pending timer to the next
+// until done is closed, within limit of fake time. Before each step it
+// waits for the client to settle: its heartbeater and monitor asleep and
+// no heartbeat in flight, so the clock never passes a safe period while
+// a heartbeat is on the wire (drive, to a time rather than an event).
+func driveUntil(t *testing.T, clk *clock.Fake, c *ddblock.Client, done <-chan struct{}, limit time.Duration) {
+	t.Helper()
+	start := clk.Monotonic()
+	for {
+		waitFor(t, "the client to settle", func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return clk.Timers() >= 2 && c.Stats().HeartbeatsInFlight == 0
+			}
+		})
+		select {
+		case <-done:
+			return
 		default:
 		}
 		if clk.Monotonic()-start > limit {

@@ -187,13 +187,14 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	if _, err := e.client().AcquireLock(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	c := e.client()
+	clk := fakeClock()
+	c := e.client(ddblock.WithClock(clk))
 	got := make(chan error, 1)
 	go func() {
 		_, err := c.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Hour), ddblock.WithRetryTimeout(10*time.Hour))
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitForSleepers(t, clk, 2) // the monitor, and the acquire in its hour-long wait
 	if err := c.Close(ctx, false); err != nil {
 		t.Fatal(err)
 	}

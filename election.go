@@ -265,9 +265,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		return nil, err
 	}
 	e.mu.Lock()
-	leading := e.lead != nil && e.lead.ctx.Err() == nil
+	cur := e.lead
 	e.mu.Unlock()
-	if leading {
+	// Asked outside e.mu: the context's Err checks the lock (locks.go).
+	if cur != nil && cur.ctx.Err() == nil {
 		return nil, invalidArg("Election", "already leads: Resign first")
 	}
 	if err := e.waitHandover(ctx); err != nil {

@@ -18,11 +18,22 @@ import (
 
 // fastTimings keep an election's waits short without sleeping through
 // them: a resigned leader's lock is deleted, so the next campaigner
-// leads at its next read.
+// leads at its next read, a heartbeat period later. The safe period and
+// lease are long: a busy machine must not cost a leader its lock while
+// the test expects it to lead.
 var fastTimings = []ddblock.Option{
 	ddblock.WithHeartbeatPeriod(50 * time.Millisecond),
-	ddblock.WithSafePeriod(2 * time.Second),
-	ddblock.WithLeaseDuration(3 * time.Second),
+	ddblock.WithSafePeriod(20 * time.Second),
+	ddblock.WithLeaseDuration(30 * time.Second),
+}
+
+// total returns how many calls the counting client has made.
+func (c *counting) total() int {
+	n := 0
+	for _, v := range c.snapshot() {
+		n += v
+	}
+	return n
 }
 
 func electionOf(t *testing.T, c *ddblock.Client, name string) *ddblock.Election {
@@ -41,7 +52,8 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 	env := newEnv(t)
 	ctx := context.Background()
 	c1 := env.client(append(fastTimings, ddblock.WithOwnerName("one"))...)
-	c2 := env.client(append(fastTimings, ddblock.WithOwnerName("two"))...)
+	calls2 := newCounting(env.ddb)
+	c2 := env.clientOn(calls2, append(fastTimings, ddblock.WithOwnerName("two"))...)
 	e1, e2 := electionOf(t, c1, "svc"), electionOf(t, c2, "svc")
 
 	if _, err := e1.Leader(ctx); !errors.Is(err, ddblock.ErrLockNotFound) {
@@ -59,16 +71,19 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 		}
 		got <- lead2
 	}()
-	// While e2 waits, e1 leads, and e2 has not.
+	// While e2 waits, e1 leads, and e2 has not, however many times e2
+	// has looked (its calls on the wire say it has).
 	for range 5 {
+		before := calls2.total()
 		info, err := e2.Leader(ctx)
 		if err != nil || info.Value != "10.0.0.1:80" || info.Owner != "one" {
 			t.Fatalf("Leader while one leads: %+v, %v", info, err)
 		}
+		waitFor(t, "e2 to look again", func() bool { return calls2.total() >= before+3 })
 		select {
 		case <-got:
 			t.Fatal("two campaigners lead at once")
-		case <-time.After(60 * time.Millisecond):
+		default:
 		}
 	}
 	if _, err := e1.Campaign(ctx, "again"); ddblock.CodeOf(err) != ddblock.CodeInvalidArgument {
@@ -143,7 +158,8 @@ func TestElectionObserve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c1 := env.client(append(fastTimings, ddblock.WithOwnerName("one"))...)
-	watcher := env.client(fastTimings...)
+	watched := newCounting(env.ddb)
+	watcher := env.clientOn(watched, fastTimings...)
 	e1, ew := electionOf(t, c1, "svc"), electionOf(t, watcher, "svc")
 
 	type change struct{ owner, value string }
@@ -178,11 +194,17 @@ func TestElectionObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(change{"one", "a"})
-	// Heartbeats change the item's version, not its leader: nothing.
+	// Heartbeats change the item's version, not its leader: nothing. The
+	// leader's heartbeats and then the watcher's reads are counted, so
+	// the watcher has read a changed version before the test looks.
+	hb := c1.Stats().HeartbeatsSent
+	waitFor(t, "two heartbeats of the leader", func() bool { return c1.Stats().HeartbeatsSent >= hb+2 })
+	reads := watched.total()
+	waitFor(t, "two reads of the watcher", func() bool { return watched.total() >= reads+2 })
 	select {
 	case got := <-changes:
 		t.Fatalf("Observe reported %+v while the leader stayed", got)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if err := e1.Resign(ctx); err != nil {
 		t.Fatal(err)

@@ -108,10 +108,13 @@ func ExampleClient_AcquireLock_timeout() {
 func ExampleWithCallback() {
 	ctx := context.Background()
 	ddb, table := exampleDynamoDB()
+	// A heartbeat every second finds the theft below within a second;
+	// the long safe period keeps a busy machine from putting the lock
+	// in danger first.
 	client, err := ddblock.New(ddb, ddblock.WithTableName(table),
-		ddblock.WithHeartbeatPeriod(100*time.Millisecond),
-		ddblock.WithSafePeriod(400*time.Millisecond),
-		ddblock.WithLeaseDuration(time.Second))
+		ddblock.WithHeartbeatPeriod(time.Second),
+		ddblock.WithSafePeriod(20*time.Second),
+		ddblock.WithLeaseDuration(30*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -72,29 +75,37 @@ func TestDangerAfterFailingHeartbeats(t *testing.T) {
 func TestHangingHeartbeatDoesNotDelayOthers(t *testing.T) {
 	e := newEnv(t)
 	proxy, ddb := e.proxied()
-	c := e.clientOn(ddb, ddblock.WithHeartbeatPeriod(100*time.Millisecond), ddblock.WithSafePeriod(600*time.Millisecond),
-		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatTimeout(3*time.Second))
-	var locks []*ddblock.Lock
-	for i := range 5 {
-		l, err := c.AcquireLock(context.Background(), fmt.Sprintf("key-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		locks = append(locks, l)
-	}
+	clk := fakeClock()
+	// The hanging call's timeout (real time) outlasts the test: the black
+	// hole holds it until it is removed, at the end.
+	c := e.clientOn(ddb, ddblock.WithClock(clk), ddblock.WithHeartbeatPeriod(time.Second), ddblock.WithSafePeriod(4*time.Second),
+		ddblock.WithLeaseDuration(time.Hour), ddblock.WithHeartbeatTimeout(time.Minute))
+	locks := acquireN(t, c, "key-0", "key-1", "key-2", "key-3", "key-4")
 	hang := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole, Op: "UpdateItem", BodyContains: `"key-0"`})
-	waitFor(t, "key-0 to go into danger", func() bool { return locks[0].Status() == ddblock.StatusInDanger })
-	time.Sleep(300 * time.Millisecond) // a few more rounds for the others
+	defer hang.Remove()
+	// Three safe periods of fake time, one timer at a time. Before each
+	// step every heartbeat has ended but key-0's hanging one (caught by
+	// the black hole): a scheduler that waited for it would never sleep.
+	start := clk.Monotonic()
+	for clk.Monotonic() < start+12*time.Second {
+		waitFor(t, "every heartbeat but key-0's hanging one to end", func() bool {
+			return clk.Timers() >= 2 && int64(c.Stats().HeartbeatsInFlight) <= hang.Injected()
+		})
+		clk.AdvanceToNext()
+	}
+	if !errors.Is(locks[0].Err(), ddblock.ErrLockInDanger) {
+		t.Errorf("key-0, its heartbeat hanging for %v: %v; want LOCK_IN_DANGER", clk.Monotonic()-start, locks[0].Err())
+	}
 	for _, l := range locks[1:] {
 		if err := l.Err(); err != nil {
 			t.Errorf("%s: %v; a hanging call for key-0 delayed it", l.PartitionKey(), err)
 		}
 	}
-	if hang.Injected() == 0 {
-		t.Error("the black hole caught nothing")
+	if hang.Injected() != 1 {
+		t.Errorf("the black hole caught %d calls; want key-0's one", hang.Injected())
 	}
-	if s := c.Stats(); s.HeartbeatsSkipped == 0 {
-		t.Errorf("key-0's hanging heartbeat was not passed over in later rounds: %+v", s)
+	if s := c.Stats(); s.HeartbeatsSkipped == 0 || s.HeartbeatsSent < 4*10 {
+		t.Errorf("want key-0's hanging heartbeat passed over in later rounds, and the others heartbeated about once a second: %+v", s)
 	}
 }
 
@@ -142,10 +153,10 @@ func TestOverloadReportsEveryLockInDanger(t *testing.T) {
 // Close waits for heartbeats in flight, and leaves no goroutine behind.
 func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	e := newEnv(t)
-	proxy, ddb := e.proxied()
+	gated := &gatedUpdates{DynamoDBAPI: e.ddb, gate: make(chan struct{})}
 	before := ddblockGoroutines()
-	c, err := ddblock.New(ddb, append(e.names, ddblock.WithLogger(quiet), ddblock.WithHeartbeatPeriod(50*time.Millisecond),
-		ddblock.WithSafePeriod(time.Second), ddblock.WithLeaseDuration(2*time.Second))...)
+	clk := fakeClock()
+	c, err := ddblock.New(gated, append(append(e.names, fakeTimes()...), ddblock.WithLogger(quiet), ddblock.WithClock(clk))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +164,32 @@ func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "UpdateItem", Delay: 300 * time.Millisecond})
-	waitFor(t, "a heartbeat in flight", func() bool { return c.Stats().HeartbeatsInFlight > 0 })
+	// The first heartbeat goes a period after the acquire, and is held
+	// at the gate; on the fake clock no other can go.
 	sent := c.Stats().HeartbeatsSent
-	if err := c.Close(context.Background(), false); err != nil {
+	clk.Advance(time.Second)
+	waitFor(t, "a heartbeat held at the gate", func() bool { return gated.held.Load() == 1 })
+	closed := make(chan error, 1)
+	var callEndedFirst atomic.Bool
+	go func() {
+		err := c.Close(context.Background(), false)
+		callEndedFirst.Store(gated.ended.Load() == 1)
+		closed <- err
+	}()
+	// Close has begun: the lock is finished, the loops' timers stopped.
+	<-lock.Done()
+	waitFor(t, "the heartbeater and the monitor to stop", func() bool { return clk.Timers() == 0 })
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a heartbeat was in flight", err)
+	default:
+	}
+	close(gated.gate)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	if !callEndedFirst.Load() {
+		t.Error("Close returned before the heartbeat call in flight ended")
 	}
 	if s := c.Stats(); s.HeartbeatsInFlight != 0 || s.HeartbeatsSent != sent+1 {
 		t.Errorf("after Close: %+v; want the heartbeat in flight finished", s)
@@ -170,4 +202,19 @@ func TestCloseWaitsForHeartbeatsInFlight(t *testing.T) {
 	if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
 		t.Errorf("table has %+v; lock says %q", info, lock.RecordVersionNumber())
 	}
+}
+
+// gatedUpdates holds every UpdateItem (a heartbeat) until gate is
+// closed, counting the calls held and those that ended.
+type gatedUpdates struct {
+	ddblock.DynamoDBAPI
+	gate        chan struct{}
+	held, ended atomic.Int64
+}
+
+func (g *gatedUpdates) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	g.held.Add(1)
+	<-g.gate
+	defer g.ended.Add(1)
+	return g.DynamoDBAPI.UpdateItem(ctx, in, o...)
 }

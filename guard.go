@@ -134,7 +134,7 @@ func (l *Lock) guardable() error {
 		return &Error{Code: CodeLockNotHeld, Message: "not a lock acquired by this library"}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
 	switch l.status {
 	case StatusLocked, StatusInDanger:
@@ -394,13 +394,14 @@ func (l *Lock) guardFailed(item map[string]types.AttributeValue, cause error) {
 		return // our tenure, released and kept: the release reports it
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	l.markStolenLocked("a guarded write found another acquisition of the key", cause)
 }
 
 // markStolenLocked ends a held lock as taken by another client: status
-// INVALID, LOCK_STOLEN, unregistered, counted and reported. A lock no
-// longer held (released meanwhile) is left alone: its release reports it.
+// INVALID, LOCK_STOLEN, unregistered, counted and reported (once l.mu is
+// released with l.unlock). A lock no longer held (released meanwhile) is
+// left alone: its release reports it.
 func (l *Lock) markStolenLocked(msg string, cause error) {
 	if !l.heldLocked() {
 		return
@@ -410,7 +411,9 @@ func (l *Lock) markStolenLocked(msg string, cause error) {
 	l.finishLocked(l.lockError(CodeLockStolen, msg, cause))
 	c.unregister(l)
 	c.stats.stolen.Add(1)
-	c.opts.Metrics.LockStolen()
 	c.callbacks.enqueue(l, CodeLockStolen)
-	c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk, "found_by", msg)
+	l.reportLocked(func() {
+		c.opts.Metrics.LockStolen()
+		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk, "found_by", msg)
+	})
 }

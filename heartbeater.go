@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,7 +53,11 @@ import (
 // (Stats.Rounds). A round in which a heartbeat went out more than a
 // tenth of a period after it was due is late: the server, or the
 // senders, cannot keep up. It is counted (Stats.LateRounds), reported
-// (Metrics.HeartbeatRoundLate) and logged, once a round.
+// (Metrics.HeartbeatRoundLate) and logged, once a round: by the sender of
+// the next heartbeat, once that call has ended, so that the scheduler
+// never waits for the application's code. While one report has not
+// returned, later late rounds are counted but not reported, so that
+// application code that blocks holds one sender at most.
 type heartbeater struct {
 	c       *Client
 	period  time.Duration
@@ -71,6 +76,10 @@ type heartbeater struct {
 	roundStart  time.Duration
 	inRound     bool
 	roundLate   time.Duration // the latest send of the round, past its due time
+	lateReport  func()        // a late round's report, for the next sender
+
+	// Set from a late round's report being made until it returns.
+	lateReporting atomic.Bool
 
 	// The senders take jobs from an unbuffered channel, so that dispatch
 	// waits for a free one. They live as long as the scheduler: a fresh
@@ -89,8 +98,10 @@ type heartbeatTarget interface {
 	// is due. It returns the call to run on a sender, which sends the
 	// heartbeat and returns the monotonic time of the target's last
 	// successful write once it is done; or nil when the target needs no
-	// more heartbeats (it was released meanwhile).
-	prepareHeartbeat(ctx context.Context) (call func() (lastWrite time.Duration))
+	// more heartbeats (it was released meanwhile). The call is bounded by
+	// the client's sendCtx and HeartbeatTimeout, not by the scheduler's
+	// context: Close waits for it rather than cancelling it.
+	prepareHeartbeat() (call func() (lastWrite time.Duration))
 }
 
 // schedEntry is the heartbeater's record of one target. It lives inside
@@ -198,9 +209,12 @@ func (h *heartbeater) run(ctx context.Context) {
 	defer func() {
 		close(h.jobs)
 		_ = h.senders.Wait()
+		if h.lateReport != nil { // no heartbeat came after it
+			h.lateReport()
+		}
 	}()
 	for ctx.Err() == nil {
-		w, wait := h.next(ctx)
+		w, wait := h.next()
 		if w.call != nil {
 			h.dispatch(w)
 			continue
@@ -220,7 +234,7 @@ type work struct {
 
 // next returns the heartbeat to send now, or how long to sleep before
 // looking again (negative: until poked, as nothing is scheduled).
-func (h *heartbeater) next(ctx context.Context) (work, time.Duration) {
+func (h *heartbeater) next() (work, time.Duration) {
 	for {
 		h.mu.Lock()
 		now := h.c.clock.Monotonic()
@@ -237,7 +251,7 @@ func (h *heartbeater) next(ctx context.Context) (work, time.Duration) {
 		h.setTimesLocked(e, now)
 		heap.Push(&h.busy, e)
 		h.mu.Unlock()
-		if w.call = e.target.prepareHeartbeat(ctx); w.call != nil {
+		if w.call = e.target.prepareHeartbeat(); w.call != nil {
 			return w, 0
 		}
 		h.remove(e)
@@ -339,11 +353,16 @@ func (h *heartbeater) sleep(ctx context.Context, d time.Duration) bool {
 // dispatch hands w to a sender, waiting for a free one if need be.
 func (h *heartbeater) dispatch(w work) {
 	h.c.stats.heartbeatsInFlight.Add(1)
+	report := h.lateReport
+	h.lateReport = nil
 	job := func() {
-		defer h.c.stats.heartbeatsInFlight.Add(-1)
 		attempt := h.c.clock.Monotonic()
 		lastWrite := w.call()
 		h.finished(w.entry, max(lastWrite, attempt))
+		h.c.stats.heartbeatsInFlight.Add(-1)
+		if report != nil {
+			report()
+		}
 	}
 	h.handOff(job)
 	h.countRound(h.c.clock.Monotonic(), w.due)
@@ -370,18 +389,25 @@ func (h *heartbeater) handOff(job func()) {
 }
 
 // countRound notes a heartbeat handed to a sender at now, due at due, in
-// the current round, and closes the round once a period has passed.
+// the current round, and closes the round once a period has passed. A
+// late round's report waits for the next heartbeat's sender.
 func (h *heartbeater) countRound(now, due time.Duration) {
 	if h.inRound && now-h.roundStart >= h.period {
 		h.inRound = false
 		if late := h.roundLate; late > h.period/10 {
-			h.mu.Lock()
-			locks := len(h.ready) + len(h.busy)
-			h.mu.Unlock()
 			h.c.stats.lateRounds.Add(1)
-			h.c.opts.Metrics.HeartbeatRoundLate(late, locks)
-			h.c.log.Warn("ddblock: heartbeats went out late: the server or the senders cannot keep up",
-				"locks", locks, "period", h.period, "late", late)
+			// Unless the last one's report has not returned.
+			if h.lateReporting.CompareAndSwap(false, true) {
+				h.mu.Lock()
+				locks := len(h.ready) + len(h.busy)
+				h.mu.Unlock()
+				h.lateReport = func() {
+					defer h.lateReporting.Store(false)
+					h.c.opts.Metrics.HeartbeatRoundLate(late, locks)
+					h.c.log.Warn("ddblock: heartbeats went out late: the server or the senders cannot keep up",
+						"locks", locks, "period", h.period, "late", late)
+				}
+			}
 		}
 	}
 	if !h.inRound {
@@ -427,40 +453,38 @@ func (q *schedQueue) Pop() any {
 // released meanwhile. The scheduler sends one heartbeat of a lock at a
 // time; hbDone, set here under the lock's mutex, lets a release wait for
 // it.
-func (l *Lock) prepareHeartbeat(ctx context.Context) func() time.Duration {
+func (l *Lock) prepareHeartbeat() func() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.heldLocked() {
 		return nil
 	}
-	done := make(chan struct{})
-	l.hbDone = done
+	l.hbDone = make(chan struct{})
 	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
-	return func() time.Duration {
-		defer close(done)
-		l.client.heartbeat(ctx, l, oldRVN, unknown)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.lastHeartbeat
-	}
+	return func() time.Duration { return l.client.heartbeat(l, oldRVN, unknown) }
 }
 
 // heartbeat is Python's: a conditional UpdateItem of the record version
 // number and the expiry time, which leaves every other attribute alone.
 // unknown lists version numbers written by earlier heartbeats whose
 // outcome is unknown (a timeout, a dropped connection): any of them may
-// be in the table.
-func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []string) {
-	// The send outlives Close's cancel (ctx): Close waits for it instead,
-	// so that the lock's version number is known when Close returns. Only
-	// a Close that gives up cancels it, through sendCtx.
+// be in the table. It returns when the lock's last successful write was
+// sent.
+//
+// The outcome is recorded under the lock's mutex, which ends the
+// heartbeat for a release waiting on hbDone; the application hears of
+// it (Metrics, logs) after.
+func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite time.Duration) {
+	// The send outlives Close's cancel: Close waits for it instead, so
+	// that the lock's version number is known when Close returns. Only a
+	// Close that gives up cancels it, through sendCtx.
 	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	hb, err, stolen, _ := c.refreshItem(ctx, l.pk, l.sk, oldRVN, unknown, false)
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	close(l.hbDone)
 	l.hbDone = nil
-	c.opts.Metrics.HeartbeatFinished(hb.sent-l.lastHeartbeat, l.lease, err)
+	gap := hb.sent - l.lastHeartbeat
 	switch {
 	case err == nil:
 		c.stats.heartbeatsSent.Add(1)
@@ -469,9 +493,11 @@ func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []
 		if l.status == StatusInDanger {
 			l.status = StatusLocked
 			c.stats.recovered.Add(1)
-			c.opts.Metrics.LockRecovered()
 			c.callbacks.enqueue(l, CodeLockRecovered)
-			c.log.Info("ddblock: lock recovered from danger", "key", l.pk, "sort_key", l.sk)
+			l.reportLocked(func() {
+				c.opts.Metrics.LockRecovered()
+				c.log.Info("ddblock: lock recovered from danger", "key", l.pk, "sort_key", l.sk)
+			})
 		}
 	case stolen:
 		c.stats.heartbeatsFailed.Add(1)
@@ -485,8 +511,20 @@ func (c *Client) heartbeat(_ context.Context, l *Lock, oldRVN string, unknown []
 			}
 			l.unknownRVNs = append(l.unknownRVNs, hb.rvn)
 		}
+	}
+	lastWrite = l.lastHeartbeat
+	// The heartbeat's own outcome goes first, as the events it caused
+	// follow from it.
+	claimed := l.claimReportsLocked()
+	l.mu.Unlock()
+	c.opts.Metrics.HeartbeatFinished(gap, l.lease, err)
+	if err != nil && !stolen {
 		c.log.Warn("ddblock: heartbeat failed", "key", l.pk, "sort_key", l.sk, "err", err)
 	}
+	if claimed {
+		l.deliverReports()
+	}
+	return lastWrite
 }
 
 // maxUnknownHeartbeats bounds the remembered version numbers of

@@ -83,16 +83,6 @@ func (e *env) clientOn(ddb ddblock.DynamoDBAPI, opts ...ddblock.Option) *ddblock
 	return c
 }
 
-// shortTimes are real but short durations for tests that must wait
-// through a lease on the real server.
-func shortTimes() []ddblock.Option {
-	return []ddblock.Option{
-		ddblock.WithHeartbeatPeriod(50 * time.Millisecond),
-		ddblock.WithSafePeriod(200 * time.Millisecond),
-		ddblock.WithLeaseDuration(300 * time.Millisecond),
-	}
-}
-
 // readsAfterFailedPut is what a put that fails its condition costs in
 // GetItem calls: none where the server hands back the item that made it
 // fail (DynamoDB, DynamoDB Local), one where it does not (dynalite).

@@ -77,6 +77,11 @@ type Lock struct {
 	done          chan struct{}
 	err           error
 	onDone        map[*struct{}]func(error)
+	// Reports of events to the application's logger and Metrics, run
+	// once mu is released (locks.go); reporting is set while someone
+	// runs them.
+	reports   []func()
+	reporting bool
 
 	// Guarded by the callback pool's mutex.
 	pending   []pendingEvent
@@ -275,7 +280,7 @@ func (l *Lock) Status() Status {
 		return ""
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
 	return l.status
 }
@@ -306,7 +311,7 @@ func (l *Lock) Err() error {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
 	return l.err
 }
@@ -337,7 +342,7 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 	l.checkDangerLocked(l.client.clock.Monotonic())
 	if l.err != nil {
 		err := l.err
-		l.mu.Unlock()
+		l.unlock()
 		cancelCause(err)
 		return ctx, func() { cancelCause(context.Canceled) }
 	}
@@ -427,35 +432,44 @@ func (l *Lock) lostAtReleaseLocked(err *Error) {
 	l.status = StatusInvalid
 	l.finishLocked(err)
 	l.client.stats.stolen.Add(1)
-	l.client.opts.Metrics.LockStolen()
+	l.reportLocked(l.client.opts.Metrics.LockStolen)
 }
 
 // checkDangerLocked moves a LOCKED lock to IN_DANGER once the safe period
-// has passed since its last successful heartbeat, and reports whether it
-// did so now.
+// has passed since its last successful heartbeat. Its reports run once
+// l.mu is released: release it with l.unlock or a reportBatch.
 //
 // A lock on a session goes into danger with its session: every lock on
 // it at the same check, as they share the session's last heartbeat. The
 // session logs it once, not each lock.
-func (l *Lock) checkDangerLocked(now time.Duration) bool {
+func (l *Lock) checkDangerLocked(now time.Duration) {
 	if l.status != StatusLocked || !l.pastSafePeriodLocked(now) {
-		return false
+		return
 	}
+	c := l.client
 	l.status = StatusInDanger
 	l.finishLocked(l.lockError(CodeLockInDanger, "no successful heartbeat within the safe period", nil))
-	l.client.stats.inDanger.Add(1)
-	l.client.opts.Metrics.LockInDanger()
-	l.client.callbacks.enqueue(l, CodeLockInDanger)
+	c.stats.inDanger.Add(1)
+	c.callbacks.enqueue(l, CodeLockInDanger)
 	if s := l.session; s != nil {
-		if !s.inDanger.Swap(true) {
-			l.client.log.Warn("ddblock: session in danger, and every lock on it", "session", s.pk,
-				"since_heartbeat", now-s.lastGoodSent(), "safe_period", l.client.opts.SafePeriod)
+		if s.inDanger.Swap(true) {
+			l.reportLocked(c.opts.Metrics.LockInDanger)
+			return
 		}
-		return true
+		since := now - s.lastGoodSent()
+		l.reportLocked(func() {
+			c.opts.Metrics.LockInDanger()
+			c.log.Warn("ddblock: session in danger, and every lock on it", "session", s.pk,
+				"since_heartbeat", since, "safe_period", c.opts.SafePeriod)
+		})
+		return
 	}
-	l.client.log.Warn("ddblock: lock in danger", "key", l.pk, "sort_key", l.sk,
-		"since_heartbeat", now-l.lastHeartbeat, "safe_period", l.client.opts.SafePeriod)
-	return true
+	since := now - l.lastHeartbeat
+	l.reportLocked(func() {
+		c.opts.Metrics.LockInDanger()
+		c.log.Warn("ddblock: lock in danger", "key", l.pk, "sort_key", l.sk,
+			"since_heartbeat", since, "safe_period", c.opts.SafePeriod)
+	})
 }
 
 func (l *Lock) lockError(code Code, msg string, cause error) *Error {

@@ -14,6 +14,8 @@ import (
 // metrics system (doc/metrics.md shows Prometheus and OpenTelemetry).
 // Methods are called on the client's hot paths and from several
 // goroutines at once: they must be safe for concurrent use and quick.
+// No mutex of the client's is held while one runs, so a slow one delays
+// only the goroutine that called it, never a lock's Err or Status.
 // Embed [NoMetrics] to implement only the methods you need.
 type Metrics interface {
 	// AcquireFinished reports an AcquireLock or TryAcquireLock call: how

@@ -35,18 +35,23 @@ func (m *monitor) run(ctx context.Context) {
 	}
 }
 
-// check marks the locks in danger and returns how long to sleep.
+// check marks the locks in danger and returns how long to sleep. It
+// marks every lock before it reports on any (logs, Metrics), so that a
+// report stuck in application code holds up no lock's danger.
 func (m *monitor) check() time.Duration {
 	c := m.c
 	wait := c.opts.HeartbeatPeriod
 	now := c.clock.Monotonic()
+	var batch reportBatch
 	for _, l := range c.heldLocks() {
 		l.mu.Lock()
 		l.checkDangerLocked(now)
 		if l.status == StatusLocked {
 			wait = min(wait, l.lastRefreshLocked()+c.opts.SafePeriod-now+time.Nanosecond)
 		}
-		l.mu.Unlock()
+		batch.unlock(l)
 	}
-	return max(wait, time.Millisecond)
+	batch.deliver()
+	// Reporting may have taken a while: wake at the moment planned.
+	return max(wait-(c.clock.Monotonic()-now), time.Millisecond)
 }

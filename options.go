@@ -155,10 +155,11 @@ type Options struct {
 	// python_dynamodb_lock sees a session's lock as held for a year (see
 	// doc/migrating-from-python.md). Default false.
 	SessionLease bool
-	// MaxObservations bounds how many held-by-others locks the client
-	// remembers between calls (the version number seen and when), so that
-	// a later AcquireLock or TryAcquireLock can take over a stale lock
-	// without watching it anew. Default 10,000.
+	// MaxObservations bounds how many held-by-others locks, and how many
+	// sessions of other clients, the client remembers between calls (the
+	// version number seen and when), so that a later AcquireLock or
+	// TryAcquireLock can take over a stale lock, or every lock of a dead
+	// session, without watching it anew. Default 10,000.
 	MaxObservations int
 	// Metrics receives measurements; see [Metrics]. Default: none.
 	Metrics Metrics

@@ -129,7 +129,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 		lerr := l.lockError(CodeLockStolen, "the item changed hands before the release", err)
 		l.mu.Lock()
 		l.lostAtReleaseLocked(lerr)
-		l.mu.Unlock()
+		l.unlock()
 		c.log.Warn("ddblock: lock found stolen at its release", "key", l.pk, "sort_key", l.sk)
 		return false, lerr
 	case ctx.Err() != nil:

@@ -37,6 +37,9 @@ type sim struct {
 	pending []*simCall
 	targets []*simTarget
 	late    []time.Duration // Metrics.HeartbeatRoundLate's overruns
+	// If set, Metrics.HeartbeatRoundLate waits for it to close, as an
+	// application's code that blocks.
+	lateGate chan struct{}
 }
 
 type simCall struct {
@@ -76,9 +79,12 @@ func newSim(t *testing.T, period, service time.Duration, opts ...simOption) *sim
 	}
 	s := &sim{t: t, clk: clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), period: period, service: service}
 	o.Metrics = simMetrics{s}
-	s.c = &Client{opts: o, clock: s.clk, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s.h = newHeartbeater(s.c)
 	ctx, cancel := context.WithCancel(context.Background())
+	// A client made for the scheduler alone: no table, but the fields
+	// that tell a client made with New from a zero one (zerovalue.go),
+	// so that its Stats answer.
+	s.c = &Client{opts: o, clock: s.clk, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ddb: simDDB{}, ctx: ctx}
+	s.h = newHeartbeater(s.c)
 	s.cancel, s.runDone = cancel, make(chan struct{})
 	go func() {
 		defer close(s.runDone)
@@ -86,6 +92,10 @@ func newSim(t *testing.T, period, service time.Duration, opts ...simOption) *sim
 	}()
 	return s
 }
+
+// simDDB is the simulated client's table, which the scheduler never
+// calls: the simulated heartbeats answer on their own.
+type simDDB struct{ DynamoDBAPI }
 
 type simMetrics struct{ s *sim }
 
@@ -101,7 +111,11 @@ func (simMetrics) CallbackLate(time.Duration)                            {}
 func (m simMetrics) HeartbeatRoundLate(overrun time.Duration, _ int) {
 	m.s.mu.Lock()
 	m.s.late = append(m.s.late, overrun)
+	gate := m.s.lateGate
 	m.s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 }
 
 // now is the fake clock's reading since the start of the test.
@@ -134,7 +148,7 @@ func (s *sim) release(tg *simTarget) {
 	s.h.remove(&tg.sched)
 }
 
-func (tg *simTarget) prepareHeartbeat(context.Context) func() time.Duration {
+func (tg *simTarget) prepareHeartbeat() func() time.Duration {
 	s := tg.sim
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -580,4 +594,53 @@ func (s *sim) logSends() {
 	for _, r := range rows {
 		s.t.Logf("%v %s (until %v, ok %v, last write %v)", r.sd.start-time.Hour, r.name, r.sd.end-time.Hour, r.sd.ok, r.sd.after-time.Hour)
 	}
+}
+
+// A late round's report that blocks in the application's Metrics holds
+// up one sender, never the scheduler: the heartbeats go on, and later
+// late rounds are counted but not reported while it has not returned.
+func TestSchedulerLateReportBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 3 senders, 50 ms a call: 60 heartbeats a second, for 80 locks
+		// at one a second: every round is late.
+		s := newSim(t, time.Second, 50*time.Millisecond, func(o *Options) { o.HeartbeatConcurrency = 3 })
+		gate := make(chan struct{})
+		s.mu.Lock()
+		s.lateGate = gate
+		s.mu.Unlock()
+		s.acquireN("k", 80)
+		var blockedAt time.Duration
+		for blockedAt == 0 && s.now() < 10*time.Second {
+			s.runFor(100 * time.Millisecond)
+			s.mu.Lock()
+			if len(s.late) > 0 {
+				blockedAt = s.clk.Monotonic()
+			}
+			s.mu.Unlock()
+		}
+		if blockedAt == 0 {
+			t.Fatal("no late round reported")
+		}
+		s.runFor(5 * time.Second)
+		sent := 0
+		s.mu.Lock()
+		for _, tg := range s.targets {
+			for _, sd := range tg.sends {
+				if sd.start > blockedAt {
+					sent++
+				}
+			}
+		}
+		reported := len(s.late)
+		s.mu.Unlock()
+		close(gate)
+		s.stop()
+		// Two senders left: 40 a second, 200 in the 5 s.
+		if sent < 150 {
+			t.Errorf("%d heartbeats sent in the 5 s after a report blocked; want the two free senders' 200 or so", sent)
+		}
+		if st := s.c.Stats(); reported != 1 || st.LateRounds < 4 {
+			t.Errorf("%d late rounds reported, %d counted, while the first report was blocked; want 1 reported, one counted a second", reported, st.LateRounds)
+		}
+	})
 }

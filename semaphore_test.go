@@ -44,7 +44,9 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	var locks []*ddblock.Lock
 	seen := map[int]bool{}
 	for i := range n {
-		c := e.client(append(fastTimings, ddblock.WithOwnerName(fmt.Sprintf("c%d", i)))...)
+		// The default 30 s lease: a busy machine cannot cost a holder
+		// its slot before it releases it.
+		c := e.client(ddblock.WithOwnerName(fmt.Sprintf("c%d", i)))
 		s := semaphoreOf(t, c, "migrations", n)
 		lock, err := s.Acquire(ctx)
 		if err != nil {
@@ -60,7 +62,8 @@ func TestSemaphoreAtMostN(t *testing.T) {
 		}
 		locks = append(locks, lock)
 	}
-	late := e.client(append(fastTimings, ddblock.WithOwnerName("late"))...)
+	clk := fakeClock()
+	late := e.client(ddblock.WithOwnerName("late"), ddblock.WithClock(clk))
 	s := semaphoreOf(t, late, "migrations", n)
 	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
 		t.Fatalf("TryAcquire with every slot held: %v; want LOCK_HELD", err)
@@ -69,26 +72,27 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	if err != nil || len(held) != n {
 		t.Fatalf("Holders: %d, %v; want %d", len(held), err, n)
 	}
-	got := make(chan *ddblock.Lock, 1)
+	done := make(chan struct{})
+	var lock *ddblock.Lock
+	var acqErr error
 	go func() {
-		lock, err := s.Acquire(ctx, ddblock.WithRetryTimeout(time.Minute))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lock
+		defer close(done)
+		lock, acqErr = s.Acquire(ctx, ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(time.Minute))
 	}()
+	// The waiter has looked at every slot and waits for its next look.
+	waitForSleepers(t, clk, 2)
 	select {
-	case <-got:
-		t.Fatal("a fourth holder got a slot while three were held")
-	case <-time.After(200 * time.Millisecond): // a few of the waiter's reads
+	case <-done:
+		t.Fatalf("a fourth holder got a slot while three were held: %v", acqErr)
+	default:
 	}
 	freed, _ := s.SlotOf(locks[1])
 	if err := locks[1].Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatal(err)
 	}
-	lock := <-got
-	if lock == nil {
-		t.FailNow()
+	stepUntil(t, clk, 2, done, time.Minute)
+	if acqErr != nil {
+		t.Fatalf("the waiter: %v", acqErr)
 	}
 	if slot, ok := s.SlotOf(lock); !ok || slot != freed {
 		t.Errorf("the waiter got slot %d (%v); want the freed slot %d", slot, ok, freed)
@@ -126,15 +130,15 @@ func TestSemaphoreCallCounts(t *testing.T) {
 	if _, err := s.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := fmt.Sprint(calls.snapshot()); diff != fmt.Sprint(ops("Query", 1, "PutItem", 2)) {
-		t.Errorf("first acquire: %v; want a Query, the metadata's put and the slot's", diff)
+	if diff := fmt.Sprint(calls.snapshot()); diff != fmt.Sprint(ops("GetItem", 1, "Query", 1, "PutItem", 2)) {
+		t.Errorf("first acquire: %v; want a Query, the metadata's put and the slot's, and the metadata's read that confirms the slot", diff)
 	}
 	calls.reset()
 	if _, err := s.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(calls.snapshot()); got != fmt.Sprint(ops("Query", 1, "PutItem", 1)) {
-		t.Errorf("second acquire: %v; want a Query and a put", got)
+	if got := fmt.Sprint(calls.snapshot()); got != fmt.Sprint(ops("GetItem", 1, "Query", 1, "PutItem", 1)) {
+		t.Errorf("second acquire: %v; want a Query, a put and the metadata's read that confirms it", got)
 	}
 	calls.reset()
 	for range 3 {
@@ -300,8 +304,8 @@ func TestSemaphoreTakeoverOfDeadHolder(t *testing.T) {
 		t.Errorf("fencing token %d; want one", lock.FencingToken())
 	}
 	c := calls.snapshot()
-	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != 0 {
-		t.Errorf("calls = %v; want one put and a Query per retry", c)
+	if c["PutItem"] != 1 || c["Query"] < int(10*time.Second/retry) || c["GetItem"] != 1 {
+		t.Errorf("calls = %v; want one put, a Query per retry, and the metadata's read that confirms the slot", c)
 	}
 }
 
@@ -310,7 +314,9 @@ func TestSemaphoreTakeoverOfDeadHolder(t *testing.T) {
 func TestSemaphoreWaitEnds(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	keeper := e.client(append(fastTimings, ddblock.WithKeepReleasedItems(true))...)
+	// The holders keep the default 30 s lease: a busy machine cannot
+	// make them lose their slots while the waiters wait.
+	keeper := e.client(ddblock.WithKeepReleasedItems(true))
 	ks := semaphoreOf(t, keeper, "kept", 1)
 	first, err := ks.Acquire(ctx)
 	if err != nil {
@@ -319,7 +325,7 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 	if err := first.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatal(err)
 	}
-	other := e.client(fastTimings...)
+	other := e.client()
 	second, err := semaphoreOf(t, other, "kept", 1).TryAcquire(ctx)
 	if err != nil {
 		t.Fatalf("a slot kept after its release: %v", err)
@@ -332,21 +338,37 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 	waiter := e.client(ddblock.WithClock(clk))
 	s := semaphoreOf(t, waiter, "kept", 1)
 	_, _, err = acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
-		return s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 3 s lease
+		return s.Acquire(ctx, ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second)) // within the holder's 30 s lease
 	})
 	var lerr *ddblock.Error
 	if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeAcquireTimeout || lerr.PartitionKey != "kept" {
 		t.Fatalf("timeout: %v; want ACQUIRE_TIMEOUT naming the semaphore", err)
 	}
 
+	// A cancel, and a Close, end an acquire in its wait between tries:
+	// the waiters' fake clocks say when they are in it.
+	cclk := fakeClock()
+	cancelled := semaphoreOf(t, e.client(ddblock.WithClock(cclk)), "kept", 1)
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-	if _, err := semaphoreOf(t, other, "kept", 1).Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrCanceled) || !errors.Is(err, context.Canceled) {
+	go func() {
+		if err := cclk.WaitForTimers(2, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		cancel()
+	}()
+	if _, err := cancelled.Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrCanceled) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v; want CANCELED wrapping context.Canceled", err)
 	}
-	closing := e.client(fastTimings...)
+	cancel()
+	clclk := fakeClock()
+	closing := e.client(ddblock.WithClock(clclk))
 	cs := semaphoreOf(t, closing, "kept", 1)
-	go func() { time.Sleep(50 * time.Millisecond); _ = closing.Close(ctx, false) }()
+	go func() {
+		if err := clclk.WaitForTimers(2, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		_ = closing.Close(ctx, false)
+	}()
 	if _, err := cs.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrClientShutdown) {
 		t.Errorf("client closed: %v; want CLIENT_SHUTDOWN", err)
 	}

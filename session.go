@@ -329,7 +329,7 @@ func (s *session) detach(l *Lock) {
 }
 
 // prepareHeartbeat makes the session's next heartbeat, unless it ended.
-func (s *session) prepareHeartbeat(ctx context.Context) func() time.Duration {
+func (s *session) prepareHeartbeat() func() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -403,17 +403,19 @@ func (s *session) recover() {
 	c := s.c
 	now := c.clock.Monotonic()
 	recovered := 0
+	var batch reportBatch
 	for _, l := range s.attached() {
 		l.mu.Lock()
 		if l.status == StatusInDanger && !l.pastSafePeriodLocked(now) {
 			l.status = StatusLocked
 			c.stats.recovered.Add(1)
-			c.opts.Metrics.LockRecovered()
 			c.callbacks.enqueue(l, CodeLockRecovered)
+			l.reportLocked(c.opts.Metrics.LockRecovered)
 			recovered++
 		}
-		l.mu.Unlock()
+		batch.unlock(l)
 	}
+	batch.deliver()
 	c.log.Info("ddblock: session recovered from danger", "session", s.pk, "locks_recovered", recovered)
 }
 
@@ -446,6 +448,7 @@ func (s *session) end(why string, deleteItem bool) {
 	}
 	s.mu.Unlock()
 	c.heartbeats.remove(&s.sched)
+	var batch reportBatch
 	for _, l := range locks {
 		l.mu.Lock()
 		if l.heldLocked() {
@@ -453,11 +456,12 @@ func (s *session) end(why string, deleteItem bool) {
 			l.finishLocked(l.lockError(CodeLockStolen, why, nil))
 			c.unregister(l)
 			c.stats.stolen.Add(1)
-			c.opts.Metrics.LockStolen()
 			c.callbacks.enqueue(l, CodeLockStolen)
+			l.reportLocked(c.opts.Metrics.LockStolen)
 		}
-		l.mu.Unlock()
+		batch.unlock(l)
 	}
+	batch.deliver()
 	c.log.Warn("ddblock: session lost, and with it its locks", "session", s.pk, "locks", len(locks), "why", why)
 	if deleteItem {
 		s.deleteItem(c.sendCtx)

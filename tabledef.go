@@ -51,6 +51,11 @@ type TableOptions struct {
 	// failover made by hand once the old region's holders have stopped).
 	// Default false.
 	SingleRegionWrites bool
+
+	// capacitySet records WithProvisionedCapacity, so that it and
+	// WithOnDemand conflict in either order rather than the last one
+	// winning, and EnsureTable's on-demand default yields to it.
+	capacitySet bool
 }
 
 // TableOption changes one setting of [TableOptions].
@@ -76,12 +81,13 @@ func WithNamesFromOptions(o Options) TableOption {
 func WithTableNames(o Options) TableOption { return WithNamesFromOptions(o) }
 
 // WithProvisionedCapacity sets [TableOptions.ReadCapacity] and
-// [TableOptions.WriteCapacity].
+// [TableOptions.WriteCapacity], and provisioned billing: given with
+// [WithOnDemand], in either order, it is refused.
 func WithProvisionedCapacity(read, write int64) TableOption {
-	return func(t *TableOptions) { t.ReadCapacity, t.WriteCapacity, t.OnDemand = read, write, false }
+	return func(t *TableOptions) { t.ReadCapacity, t.WriteCapacity, t.capacitySet = read, write, true }
 }
 
-// WithOnDemand sets [TableOptions.OnDemand].
+// WithOnDemand sets [TableOptions.OnDemand]; see [WithProvisionedCapacity].
 func WithOnDemand() TableOption { return func(t *TableOptions) { t.OnDemand = true } }
 
 // WithPollInterval sets [TableOptions.PollInterval].
@@ -93,6 +99,22 @@ func WithPollInterval(d time.Duration) TableOption {
 // client writes through one region of a global table.
 func WithSingleRegionWrites() TableOption {
 	return func(t *TableOptions) { t.SingleRegionWrites = true }
+}
+
+// tableOptionsFor applies opts over the defaults, in any order to the
+// same result: EnsureTable's (ensure) default to on-demand billing yields
+// to a capacity given, and conflicts are left to check.
+func tableOptionsFor(opts []TableOption, ensure bool) TableOptions {
+	t := defaultTableOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&t)
+		}
+	}
+	if ensure && !t.capacitySet {
+		t.OnDemand = true
+	}
+	return t
 }
 
 func defaultTableOptions() TableOptions {
@@ -116,6 +138,9 @@ func (t *TableOptions) check() error {
 		o.SortKeyName = ""
 	}
 	errs = append(errs, o.check(timingOrigins{})...)
+	if t.OnDemand && t.capacitySet {
+		errs = append(errs, invalidArg("OnDemand", fmt.Sprintf("on-demand billing and a provisioned capacity of %d/%d exclude each other (both set)", t.ReadCapacity, t.WriteCapacity)))
+	}
 	if !t.OnDemand && (t.ReadCapacity <= 0 || t.WriteCapacity <= 0) {
 		errs = append(errs, invalidArg("Capacity", fmt.Sprintf("read and write capacity must be positive, got %d/%d", t.ReadCapacity, t.WriteCapacity)))
 	}
@@ -141,12 +166,7 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	t := defaultTableOptions()
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&t)
-		}
-	}
+	t := tableOptionsFor(opts, false)
 	if err := t.check(); err != nil {
 		return err
 	}
@@ -351,13 +371,7 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 	if err := checkContext(ctx); err != nil {
 		return TableReport{}, err
 	}
-	t := defaultTableOptions()
-	t.OnDemand = true
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&t)
-		}
-	}
+	t := tableOptionsFor(opts, true)
 	var report TableReport
 	if err := t.check(); err != nil {
 		return report, err
@@ -559,12 +573,7 @@ func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOpti
 	if api == nil || isNilTableAPI(api) {
 		return report, invalidArg("TableAPI", "must not be nil")
 	}
-	t := defaultTableOptions()
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&t)
-		}
-	}
+	t := tableOptionsFor(opts, false)
 	o := c.opts
 	t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
 		o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly

@@ -36,6 +36,7 @@ var (
 		reflect.TypeFor[ddblock.GuardedWriteError](),
 		reflect.TypeFor[ddblock.Timing](),
 		reflect.TypeFor[ddblock.NoMetrics](),
+		reflect.TypeFor[ddblock.SemaphoreInfo](),
 	}
 )
 

@@ -60,7 +60,12 @@ type chaosConfig struct {
 	// SemaphoreSlots, when positive, makes some holders take the keys as
 	// semaphores of that many slots (see semaphore_test.go).
 	SemaphoreSlots int
-	Seed           uint64
+	// ResizeTo, when set, makes a resizer change every key's semaphore
+	// to each of these numbers in turn, one every ResizeEvery (see
+	// semaphore_test.go).
+	ResizeTo    []int
+	ResizeEvery time.Duration
+	Seed        uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
@@ -207,6 +212,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
 	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
 	chaosDone.Go(func() { c.abandonClients(chaosCtx, holders) })
+	if len(cfg.ResizeTo) > 0 {
+		chaosDone.Go(func() { c.resizeSemaphores(chaosCtx) })
+	}
 	<-chaosCtx.Done()
 	chaosDone.Wait()
 	stopChaos()

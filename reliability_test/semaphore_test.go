@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +21,11 @@ type lockKey struct{ pk, sk, log string }
 // lock's, and with semaphores each slot's.
 func (c *chaos) sortKeys() []string {
 	sks := []string{ddblock.DefaultSortKey}
-	for i := range c.cfg.SemaphoreSlots {
+	slots := c.cfg.SemaphoreSlots
+	for _, n := range c.cfg.ResizeTo {
+		slots = max(slots, n)
+	}
+	for i := range slots {
 		sks = append(sks, fmt.Sprintf("slot-%d", i))
 	}
 	return sks
@@ -110,7 +115,9 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
+			// Nothing here waits out a lease: a long safe period that a
+			// loaded machine cannot eat, so that no holder loses its slot.
+			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
 			steps := func(id string, lock *ddblock.Lock) {
@@ -175,6 +182,192 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 			}
 			if !careful && (len(rep.LimitViolations) != 1 || rep.PeakHolders["s"] != 3) {
 				t.Errorf("the checker missed a third holder of a 2-slot semaphore:\n%s", rep.Summary())
+			}
+		})
+	}
+}
+
+// resizeChaos is semaphoreChaos with a resizer: every key's semaphore is
+// resized in turn to 3, 2, 4 and 2 slots, never below the 2 slots that
+// the holders taking a slot's key directly (as a Python client would,
+// knowing nothing of the number) use.
+func resizeChaos(d time.Duration) chaosConfig {
+	cfg := semaphoreChaos(d)
+	cfg.ResizeTo = []int{3, 2, 4, 2}
+	cfg.ResizeEvery = 300 * time.Millisecond
+	return cfg
+}
+
+// resizeSemaphores resizes every key's semaphore, one resize at a time
+// per key, until ctx ends, logging each resize's begin and its done (once
+// Resize returned nil) or failed, for the checker's limit in force. A
+// shrink waits for the holders above the new number (killed and paused
+// workers' included: their slots are removed once presumed dead), within
+// a bound of its own.
+func (c *chaos) resizeSemaphores(ctx context.Context) {
+	client := c.env.client(c.env.direct, append(times(c.cfg.Heartbeat, c.cfg.Safe, c.cfg.Lease),
+		ddblock.WithOwnerName("resizer"))...)
+	var wg sync.WaitGroup
+	for k, key := range c.keys {
+		wg.Go(func() {
+			sem, err := client.NewSemaphore(key, c.cfg.SemaphoreSlots)
+			if err != nil {
+				c.problem("NewSemaphore: %v", err)
+				return
+			}
+			for i := 0; ctx.Err() == nil; i++ {
+				n := c.cfg.ResizeTo[(i+k)%len(c.cfg.ResizeTo)]
+				name := fmt.Sprintf("resize-%s.%d", key, i)
+				c.inproc.Resize(name, key, mutexcheck.Now(), n, "begin")
+				rctx, cancel := context.WithTimeout(context.Background(), 10*c.cfg.Lease)
+				err := sem.Resize(rctx, n)
+				cancel()
+				phase := "done"
+				if err != nil {
+					phase = "failed"
+					c.inproc.Failure("resizer", "resize", mutexcheck.Now(), string(ddblock.CodeOf(err)), err.Error())
+				}
+				c.inproc.Resize(name, key, mutexcheck.Now(), n, phase)
+				t := time.NewTimer(c.cfg.ResizeEvery)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Never more than the number of slots in force, with the semaphores
+// resized up and down while every kind of holder works on them under
+// faults, kills, pauses and abandoned clients: after a shrink is done,
+// at most the new number; while it drains, at most the old.
+func TestMutualExclusionWithSemaphoreResizes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	res := runChaos(t, resizeChaos(20*time.Second))
+	t.Logf("\n%s", res.Summary())
+	rep := res.Report
+	for _, key := range []string{"key-0", "key-1"} {
+		if rep.Resizes[key] < 4 {
+			t.Errorf("semaphore %s: %d resizes done; want every size of %v at least once", key, rep.Resizes[key], res.Config.ResizeTo)
+		}
+		if rep.PeakHolders[key] < 3 {
+			t.Errorf("semaphore %s never had more than %d holders at once: the grown sizes were not used", key, rep.PeakHolders[key])
+		}
+	}
+	if res.Kills == 0 || res.Pauses == 0 || rep.Handoffs < 50 {
+		t.Errorf("kills %d, pauses %d, handoffs %d: too little trouble to show anything", res.Kills, res.Pauses, rep.Handoffs)
+	}
+}
+
+// The limit in force after a resize must be checkable, with real locks:
+// three holders work in the three slots of a semaphore; a resize to 2
+// that is acknowledged while they all work on (a resizer that ignored
+// Resize's answer) is caught by the checker. A real Resize to 2 returns
+// only after the holder of slot 2 released, and once it has, a newcomer
+// finds no slot while two hold: the checker then finds nothing.
+func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
+	for _, careful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			// Nothing here waits out a lease: a long safe period that a
+			// loaded machine cannot eat, so that no holder loses its slot.
+			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
+			var buf bytes.Buffer
+			log := mutexcheck.NewLog(&buf)
+			steps := func(id string, lock *ddblock.Lock) {
+				for range 5 {
+					t0 := mutexcheck.Now()
+					if lock.Err() != nil {
+						t.Fatalf("%s lost its lock: %v", id, lock.Err())
+					}
+					log.Step(id, t0)
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			held := map[int]*ddblock.Lock{}
+			ids := map[int]string{}
+			for _, id := range []string{"a", "b", "c"} {
+				sem, err := e.client(e.direct, append(opts, ddblock.WithOwnerName(id))...).NewSemaphore("s", 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				log.Limit(id, "s", mutexcheck.Now(), 3)
+				lock, err := sem.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot, _ := sem.SlotOf(lock)
+				log.Acquired(id+"#1", fmt.Sprintf("s/slot-%d", slot), mutexcheck.Now(), lock.RecordVersionNumber(), lock.FencingToken(), "")
+				steps(id+"#1", lock)
+				held[slot], ids[slot] = lock, id+"#1"
+			}
+			resizer, err := e.client(e.direct, opts...).NewSemaphore("s", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Resize("r", "s", mutexcheck.Now(), 2, "begin")
+			if careful {
+				done := make(chan error, 1)
+				go func() { done <- resizer.Resize(ctx, 2) }()
+				steps(ids[2], held[2]) // slot 2's holder works on during the drain
+				if err := held[2].Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// Ended once the new number is written, however slow
+				// the machine: the resize is left waiting for slot 2.
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- resizer.Resize(rctx, 2) }()
+				for resizer.Slots() != 2 {
+					if _, err := resizer.Holders(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cancel()
+				if err := <-done; !errors.Is(err, ddblock.ErrLockHeld) {
+					t.Fatalf("Resize with slot 2 held, ended: %v; want LOCK_HELD", err)
+				}
+			}
+			log.Resize("r", "s", mutexcheck.Now(), 2, "done")
+			for slot, lock := range held {
+				if careful && slot == 2 {
+					continue
+				}
+				steps(ids[slot], lock) // work on after the resize
+			}
+			if careful {
+				newcomer, err := e.client(e.direct, opts...).NewSemaphore("s", 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := newcomer.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+					t.Fatalf("a newcomer after the resize to 2, two holding: %v; want LOCK_HELD", err)
+				}
+			}
+			events, err := mutexcheck.Parse(bytes.NewReader(buf.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := mutexcheck.Check(events)
+			if len(rep.Violations) != 0 || len(rep.Problems) != 0 {
+				t.Errorf("per-key violations %v, problems %v: no slot was shared", rep.Violations, rep.Problems)
+			}
+			t.Logf("careful=%v: limit violations %d, peak %d, resizes done %d", careful, len(rep.LimitViolations), rep.PeakHolders["s"], rep.Resizes["s"])
+			if careful && len(rep.LimitViolations) != 0 {
+				t.Errorf("a real Resize: %v", rep.LimitViolations)
+			}
+			if !careful && len(rep.LimitViolations) != 1 {
+				t.Errorf("the checker missed three holders working after a resize to 2 was acknowledged:\n%s", rep.Summary())
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ddblock/ddblock/internal/faultproxy"
@@ -242,6 +243,7 @@ func TestGuardWholeGroupStopped(t *testing.T) {
 // and its command runs to the end. Once the pipe is read, the queued
 // warnings come out.
 func TestRunStderrNotRead(t *testing.T) {
+	needServer(t)
 	if server.External {
 		t.Skip("the fault proxy speaks plain HTTP to a local server")
 	}
@@ -263,12 +265,12 @@ func TestRunStderrNotRead(t *testing.T) {
 	filled := fillPipe(t, pw)
 
 	lines := writerFile(t)
-	const count = 150 // 3 s of writing: twenty heartbeat periods
-	// A lease of 3 s (safe period 2 s) with the tests' 150 ms heartbeat:
+	const count = 150 // 3 s of writing: twelve heartbeat periods
+	// A lease of 6 s (safe period 4 s) with the tests' 250 ms heartbeat:
 	// with one heartbeat in two failing, a scheduler made late by a busy
 	// machine must not put the lock in danger; what is tested is that
 	// the unread stderr does not.
-	args := append([]string{"--lease", "3s", "--heartbeat", testHeartbeat.String(), "job", "--"}, writerCommand(t, "A", lines, writerEvery, count)...)
+	args := append([]string{"--lease", "6s", "--heartbeat", testHeartbeat.String(), "job", "--"}, writerCommand(t, "A", lines, writerEvery, count)...)
 	cmd := exec.Command(binPath, f.args("run", args...)...)
 	cmd.Env = env
 	cmd.Stderr = pw
@@ -376,6 +378,7 @@ func fillPipe(t *testing.T, w *os.File) int {
 // it says so and tries again within --wait. With --wait 0 it ends at
 // once, exit 69.
 func TestRunRetriesTransientFailure(t *testing.T) {
+	needServer(t)
 	if server.External {
 		t.Skip("the fault proxy speaks plain HTTP to a local server")
 	}
@@ -486,18 +489,22 @@ func TestGuardAwaitStartWaitsStartWait(t *testing.T) {
 		{startWait: 50 * time.Millisecond, want: false}, // the newer deadline comes too late
 		{startWait: time.Minute, want: true},
 	} {
-		g := &guard{deadline: machineNow() - int64(time.Second), startWait: tc.startWait}
-		msgs := make(chan guardMsg, 1)
-		sent := make(chan struct{})
-		go func() {
-			defer close(sent)
-			time.Sleep(time.Second) // far past the short wait, even on a loaded machine
-			msgs <- guardMsg{line: "D " + strconv.FormatInt(machineNow()+int64(time.Minute), 10)}
-		}()
-		_, ok := g.awaitStart(msgs)
-		<-sent
-		if ok != tc.want {
-			t.Errorf("start wait %v, a newer deadline 1s later: started %v, want %v", tc.startWait, ok, tc.want)
-		}
+		// In a bubble, the timers are fake and fire in order whatever the
+		// machine's load: the start wait's before the message's, or after.
+		synctest.Test(t, func(t *testing.T) {
+			g := &guard{deadline: machineNow() - int64(time.Second), startWait: tc.startWait}
+			msgs := make(chan guardMsg, 1)
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				time.Sleep(time.Second)
+				msgs <- guardMsg{line: "D " + strconv.FormatInt(machineNow()+int64(time.Minute), 10)}
+			}()
+			_, ok := g.awaitStart(msgs)
+			if ok != tc.want {
+				t.Errorf("start wait %v, a newer deadline 1s later: started %v, want %v", tc.startWait, ok, tc.want)
+			}
+			<-sent
+		})
 	}
 }

@@ -1,9 +1,10 @@
 package main
 
-// The end-to-end tests build the ddblock binary once, start one local
-// DynamoDB-compatible server (through internal/ddbtest: dynalite or
-// DynamoDB Local, as DDBLOCK_TEST_SERVER picks), and run
-// the binary against it as an operator would.
+// The end-to-end tests build the ddblock binary once, and run it as an
+// operator would against one local DynamoDB-compatible server (through
+// internal/ddbtest: dynalite or DynamoDB Local, as DDBLOCK_TEST_SERVER
+// picks), started when the first test needs it (newFixture, needServer):
+// the unit tests run without Node.js or Java.
 
 import (
 	"bytes"
@@ -26,19 +27,27 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/testserver"
 )
 
 var (
 	// binPath is the ddblock binary under test.
 	binPath string
-	server  *ddbtest.Server
-	// sdk talks to the server directly, for setting up and checking.
-	sdk *dynamodb.Client
+
+	// server and sdk are set by needServer, which a test calls before it
+	// reads them (newFixture does).
+	server     *ddbtest.Server
+	sdk        *dynamodb.Client // talks to the server directly, for setting up and checking
+	serverOnce sync.Once
 )
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+func TestMain(m *testing.M) { ddbtest.Main(runTests{m}) }
 
-func testMain(m *testing.M) int {
+// runTests builds the binary before the tests run, and removes it after,
+// inside ddbtest.Main, which stops the shared server and exits.
+type runTests struct{ m *testing.M }
+
+func (r runTests) Run() int {
 	dir, err := os.MkdirTemp("", "ddblock-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
@@ -55,22 +64,26 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: building ddblock: %v\n%s", err, out)
 		return 1
 	}
-	server, err = ddbtest.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB-compatible server for the tests could not start: %v\n", err)
-		return 1
-	}
-	defer server.Stop()
-	fmt.Fprintln(os.Stderr, ddbtest.Describe(server))
-	sdk = server.Client(0)
-	return m.Run()
+	return r.m.Run()
 }
 
-// Short but real lock timing for the binary: heartbeats keep a lock for
-// longer than a lease, and a dead holder is taken over within seconds.
+// needServer starts the tests' server if no test has yet, and sets server
+// and sdk; it fails the test, saying why, when the server cannot start.
+func needServer(t *testing.T) {
+	t.Helper()
+	s := ddbtest.Shared(t)
+	serverOnce.Do(func() { server, sdk = s, s.Client(0) })
+}
+
+// Real lock timing for the binary, long enough that a busy machine
+// cannot eat it: a holder whose process, or the server, stalls for a
+// second or two still heartbeats within its safe period (over 3 s), so a
+// waiter never takes its lock while the test expects it held. A dead
+// holder is taken over within seconds. Tests assert the order of events,
+// never how long they took.
 const (
-	testLease     = time.Second
-	testHeartbeat = 150 * time.Millisecond
+	testLease     = 5 * time.Second
+	testHeartbeat = 250 * time.Millisecond
 	testSafe      = testLease * 2 / 3 // what ddblock run derives
 )
 
@@ -90,7 +103,7 @@ func baseEnv() []string {
 	// A race-enabled binary stops at the first race, and does not sleep
 	// the race detector's default second before a successful exit.
 	env = append(env, "GORACE=halt_on_error=1 atexit_sleep_ms=0")
-	return server.ChildEnv(env)
+	return testserver.ChildEnv(env)
 }
 
 // fixture is one test's lock table.
@@ -104,6 +117,7 @@ type fixture struct {
 // newFixture creates a table of the test's own.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	needServer(t)
 	f := &fixture{t: t, table: ddbtest.TableName(t), endpoint: server.Endpoint, env: baseEnv()}
 	ddbtest.CreateTable(t, sdk, f.table)
 	return f

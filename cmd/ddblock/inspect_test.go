@@ -183,6 +183,7 @@ func TestReleaseForce(t *testing.T) {
 // create-table makes a table that run can use, and says when the server
 // cannot enable TTL.
 func TestCreateTable(t *testing.T) {
+	needServer(t)
 	f := &fixture{t: t, table: "ct_" + strings.ReplaceAll(t.Name(), "/", "_") + "_" + time.Now().Format("150405.000000"),
 		endpoint: server.Endpoint, env: baseEnv()}
 

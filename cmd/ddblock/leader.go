@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,15 +14,30 @@ import (
 )
 
 const leaderAbout = `
-Prints the current leader of an election (the library's Election: the
-lock of that name, whose item holds the leader's value): its value and
-its owner, from a strongly consistent read. Exits 1 when nobody leads.
+Prints the current leader of the election NAME (the library's Election:
+the lock NAME, whose item holds the leader's value): its value and its
+owner, from a strongly consistent read. Exits 1 when nobody leads, and
+when the lock NAME was taken without an Election (it has no leader
+value): it says so.
 
 With --watch it prints the leader at once and then a line for each
 change of leader, value or term (a new leadership, even of the same
-owner with the same value), or "none" when leadership ends, from a read
-every --every, until interrupted (exit 0). A change that comes and goes
-between two reads is not seen. Reads only.`
+owner with the same value), or "none" when leadership ends, each stamped
+with the time of the read that saw it (UTC, to the millisecond), from a
+read every --every, until interrupted (exit 0). A change that comes and
+goes between two reads is not seen. A failed read, or a lock NAME that is
+not an election's, is said once on stderr, and again only once something
+else was seen. Reads only.`
+
+// leaderTime is how leader --watch stamps its lines: RFC 3339 in UTC, to
+// the millisecond.
+const leaderTime = "2006-01-02T15:04:05.000Z07:00"
+
+// notElection is the message for a lock NAME held without an Election.
+func notElection(name string) string {
+	return fmt.Sprintf("%q is not an election: its lock was taken without an Election and has no leader value (see ddblock get %s)",
+		name, cell(name))
+}
 
 func cmdLeader(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -43,7 +59,7 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 	if every <= 0 {
 		return usageError("--every must be positive, got %v", every)
 	}
-	if _, err := conn.lockKey(pos[0], ddblock.DefaultSortKey); err != nil {
+	if err := checkKeyValue("NAME", pos[0], maxPartitionKeyBytes); err != nil {
 		return err
 	}
 	client, err := conn.client(ctx, logger(env.stderr))
@@ -60,6 +76,9 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 		if errors.Is(err, ddblock.ErrLockNotFound) {
 			return fail(exitNotFound, "no leader of %q", pos[0])
 		}
+		if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+			return fail(exitNotFound, "no leader: %s", notElection(pos[0]))
+		}
 		if err != nil {
 			return libError(err, conn.table)
 		}
@@ -68,11 +87,22 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	said := "" // the last failure said, until something else is seen
 	for info, err := range election.Observe(ctx, every) {
-		now := time.Now().UTC().Format(time.RFC3339)
+		now := time.Now().UTC().Format(leaderTime)
+		if err == nil {
+			said = ""
+		}
 		switch {
 		case err != nil:
-			fmt.Fprintf(env.stderr, "ddblock leader: %v\n", err)
+			msg := strings.TrimPrefix(err.Error(), "ddblock: ")
+			if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+				msg = notElection(pos[0]) + "; watching on"
+			}
+			if msg != said {
+				fmt.Fprintf(env.stderr, "ddblock leader: %s\n", oneLine(msg))
+				said = msg
+			}
 		case info == nil:
 			fmt.Fprintf(env.stdout, "%s\tnone\n", now)
 		default:

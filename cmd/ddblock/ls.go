@@ -50,7 +50,16 @@ then waiters take all its locks over together), and whose ATTRIBUTES
 column lists the locks that name it. With --json, such a lock has a
 "session" object (key, lease_seconds, item_present,
 record_version_number) and a session item has "session_item": true and
-"session_locks" (its locks' keys; absent when none names it).`
+"session_locks" (its locks' keys; absent when none names it).
+
+A semaphore (ddblock run --slots, the library's Semaphore) is listed as
+one line after the locks, not as its slots' lock items: its name, its
+number of slots, how many are held and by whom (a slot held from before
+a resize to fewer slots is marked "above the limit"). With --json it is
+an object with the key and sort key of its metadata item and a
+"semaphore" object (name, slots, span while a shrink drains, resizes,
+held, and holders: each slot's number, "above_limit" when so, and its
+lock as locks are listed).`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -144,8 +153,16 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			onSession[l.Session.PartitionKey] = append(onSession[l.Session.PartitionKey], lockKeyJSON{l.PartitionKey, l.SortKey})
 		}
 	}
+	only := ""
+	if f.isSet("key") {
+		only = key
+	}
+	locks, holders, sems, err := groupSemaphores(ctx, client, &conn, only, locks, holders, env.stderr)
+	if err != nil {
+		return err
+	}
 	if asJSON {
-		out := make([]lockJSON, 0, len(locks))
+		out := make([]any, 0, len(locks)+len(sems))
 		for i, l := range locks {
 			j := toJSON(l, holders[i])
 			if l.IsSession {
@@ -153,11 +170,17 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			}
 			out = append(out, j)
 		}
+		for _, s := range sems {
+			out = append(out, s.json(conn.pkOnly))
+		}
 		return writeJSON(env.stdout, out)
 	}
-	if len(locks) == 0 {
+	if len(locks) == 0 && len(sems) == 0 {
 		fmt.Fprintf(env.stdout, "no locks in table %q\n", conn.table)
 		return nil
+	}
+	if len(locks) == 0 {
+		return printSemaphores(env.stdout, sems)
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if conn.pkOnly {
@@ -177,7 +200,10 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, ownerText(l), holders[i].text(),
 			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), attrs)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printSemaphores(env.stdout, sems)
 }
 
 const getAbout = `
@@ -187,7 +213,9 @@ record version number (which 'ddblock release --rvn' takes), TTL expiry
 and additional attributes. For a lock attached to a session, the lease is
 the session's, the holder is judged by the session item (presumed dead
 when it is gone), and the session's key and item follow. Exits 1 when
-there is no such lock.`
+there is no such lock. Given a semaphore's metadata item (sort key
+"slots", or KEY NAME#slots with --partition-key-only), it says so and
+shows the semaphore: its number of slots and its held slots.`
 
 func cmdGet(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -215,6 +243,9 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	}
 	defer closeClient(client)
 	info, err := client.GetLock(ctx, pos[0], sortKey)
+	if name, ok := semaphoreMetaName(client, err, pos[0], sortKey); ok {
+		return getSemaphore(ctx, env, client, &conn, name, asJSON)
+	}
 	if err != nil {
 		return libError(err, conn.table)
 	}

@@ -112,6 +112,7 @@ func commands() []command {
 		{"get", "show one lock", cmdGet},
 		{"leader", "show an election's leader (--watch: each change)", cmdLeader},
 		{"release", "remove a stuck lock, whoever holds it (needs --force)", cmdRelease},
+		{"resize", "change a semaphore's number of slots, safely", cmdResize},
 		{"create-table", "create the lock table", cmdCreateTable},
 		{"ensure-table", "create the lock table if missing, check its keys, enable TTL", cmdEnsureTable},
 		{"demo", "watch two workers share a lock on a local server", cmdDemo},
@@ -199,7 +200,8 @@ Exit statuses: 0 success; 1 no such lock; 64 usage (bad flags or
 arguments); 69 DynamoDB unavailable (table missing, server unreachable);
 70 internal error; 73 create-table: the table exists already; 75 lock busy
 (not acquired within --wait, or changed before release could remove it,
-or attached to a live session: see release --help); 76 lock lost while
+or attached to a live session: see release --help; or resize's holders
+above the new number still held their slots); 76 lock lost while
 the command ran; 78 the table's keys are not the ones configured; 126 the
 command cannot be run; 127 the command was not found; otherwise run exits
 with its command's status (128+N: killed by signal N).

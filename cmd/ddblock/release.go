@@ -73,6 +73,9 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 	defer closeClient(client)
 
 	info, err := client.GetLock(ctx, key, sortKey)
+	if name, ok := semaphoreMetaName(client, err, key, sortKey); ok {
+		return refuseSemaphoreRelease(ctx, env, client, &conn, name)
+	}
 	if err != nil {
 		return libError(err, conn.table)
 	}

@@ -398,10 +398,12 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	return nil, r.acquireError(err)
 }
 
-// name is what messages call the lock: the key, or the semaphore.
+// name is what messages call the lock: the key, or the semaphore. The
+// number of slots is not named: after a resize (ddblock resize) the
+// number in force is the table's, not --slots.
 func (r *runner) name() string {
 	if r.sem != nil {
-		return fmt.Sprintf("%s (semaphore of %d slots)", strconv.Quote(r.key), r.slots)
+		return fmt.Sprintf("semaphore %s", strconv.Quote(r.key))
 	}
 	return lockName(r.key, r.sortKey)
 }

@@ -223,7 +223,7 @@ func TestRunLockLost(t *testing.T) {
 		p := f.start("run", append(slices.Clone(timingFlags), "--owner", "runner", "job", "--", "sh", "-c", trapScript, "sh", marks)...)
 		p.eventuallyWhileRunning("the command to start", func() bool { return strings.Contains(readFile(t, marks), "started") })
 
-		// The holder heartbeats every 150 ms, so the force release's
+		// The holder heartbeats every 250 ms, so the force release's
 		// delete (conditioned on the version it read) may meet a newer
 		// version: it then exits 75, and an operator runs it again.
 		rel := f.run("release", "job", "--force")
@@ -279,6 +279,7 @@ func TestRunLockLost(t *testing.T) {
 	})
 
 	t.Run("in danger when heartbeats fail", func(t *testing.T) {
+		needServer(t)
 		if server.External {
 			t.Skip("the proxy speaks plain HTTP to a local server")
 		}

@@ -1,7 +1,11 @@
 // Package ddbtest gives ddblock's tests a DynamoDB-compatible server: one
 // per test binary (see package testserver: dynalite or DynamoDB Local, as
 // DDBLOCK_TEST_SERVER picks, or the server DDBLOCK_TEST_ENDPOINT names),
-// started by Main and shared by its tests, each on a table of its own.
+// shared by its tests, each on a table of its own.
+//
+// The server starts when a test first asks for it ([Shared]), not before:
+// the pure and fuzz tests of a binary run without Node.js or Java. Main
+// stops it after the last test.
 //
 // Where the servers legitimately differ (the old item returned on a
 // failed conditional write, TTL), a test asks the server what it does
@@ -37,9 +41,9 @@ const ServerEnv = testserver.ServerEnv
 // Server is a running DynamoDB-compatible server.
 type Server = testserver.Server
 
-// Start starts the server the environment asks for (see package
+// Start starts a server the environment asks for (see package
 // testserver) and probes what it does; the error says why when it cannot.
-// The first server started is also the one Shared returns.
+// The caller stops it. Tests share one with [Shared] instead.
 func Start() (*Server, error) {
 	s, err := testserver.StartFromEnv()
 	if err != nil {
@@ -50,9 +54,6 @@ func Start() (*Server, error) {
 	if _, err := s.Probe(ctx); err != nil {
 		s.Stop()
 		return nil, err
-	}
-	if shared == nil {
-		shared = s
 	}
 	return s, nil
 }
@@ -73,36 +74,68 @@ func NewClient(endpoint string, external bool, retryMaxAttempts int) *dynamodb.C
 }
 
 var (
-	shared     *Server
+	sharedMu sync.Mutex
+	tried    bool // the shared server was started, or failed to start
+	shared   *Server
+	startErr error
+
 	tableCount atomic.Int64
 )
 
-// Main runs a test binary's tests against one server started for it, and
-// stops the server afterwards. When the server cannot start, every test
-// fails: the binary exits non-zero with the reason.
-func Main(m *testing.M) {
-	s, err := Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB-compatible server for the tests could not start: %v\n", err)
-		os.Exit(1)
+// startFailed is how a test fails when the server cannot start.
+const startFailed = "the DynamoDB-compatible server for the tests could not start"
+
+// Get returns the server the binary's tests share, starting it the first
+// time it is asked for. A server that fails to start is not tried again:
+// every later call returns the same error.
+func Get() (*Server, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if !tried {
+		tried = true
+		shared, startErr = Start()
+		if startErr != nil {
+			startErr = fmt.Errorf("%s: %w", startFailed, startErr)
+		} else {
+			fmt.Fprintln(os.Stderr, Describe(shared))
+		}
 	}
-	fmt.Fprintln(os.Stderr, Describe(s))
+	return shared, startErr
+}
+
+// Main runs a test binary's tests (m is its *testing.M, or something
+// that wraps its Run), and afterwards stops the shared server
+// if a test started it. A test that needs the server and finds that it
+// cannot start fails with the reason ([Shared]); the others run.
+func Main(m interface{ Run() int }) {
 	code := m.Run()
-	stopTransactional()
+	sharedMu.Lock()
+	s := shared
+	sharedMu.Unlock()
+	stopTransactional(s)
 	s.Stop()
 	os.Exit(code)
 }
 
-// SharedServer returns the server Main started, or nil.
-func SharedServer() *Server { return shared }
+// SharedServer is [Shared] for code without a testing.TB, such as an
+// Example: it panics with the reason when the server cannot start.
+func SharedServer() *Server {
+	s, err := Get()
+	if err != nil {
+		panic("ddbtest: " + err.Error())
+	}
+	return s
+}
 
-// Shared returns the server Main started.
+// Shared returns the server the binary's tests share, starting it if need
+// be; it fails the test, saying why, when the server cannot start.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	if shared == nil {
-		t.Fatal("ddbtest: no server; call ddbtest.Main from TestMain")
+	s, err := Get()
+	if err != nil {
+		t.Fatalf("ddbtest: %v", err)
 	}
-	return shared
+	return s
 }
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -133,16 +166,15 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 		}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10 * time.Millisecond),
 	}, opts...)
+	srv := Shared(t)
 	err := ddblock.CreateTable(ctx, ddb, all...)
 	switch {
-	case shared == nil:
-		t.Fatal("ddbtest: no server; start one with ddbtest.Main or ddbtest.Start")
-	case shared.HasTTL():
+	case srv.HasTTL():
 		if err != nil {
-			t.Fatalf("CreateTable(%s) on %s, which has TTL: %v", name, shared.Name(), err)
+			t.Fatalf("CreateTable(%s) on %s, which has TTL: %v", name, srv.Name(), err)
 		}
 	case !errors.Is(err, ddblock.ErrTTLUnsupported):
-		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, shared.Name(), err)
+		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, srv.Name(), err)
 	}
 }
 
@@ -157,8 +189,8 @@ var (
 // stopped by Main. The runnable examples of guarded writes use it, so
 // that their output is the same in every pass of the suite.
 func Transactional() (*Server, error) {
-	if shared != nil && shared.HasTransactions() {
-		return shared, nil
+	if s, err := Get(); err == nil && s.HasTransactions() {
+		return s, nil
 	}
 	transactionalOnce.Do(func() {
 		s, err := testserver.Start(testserver.DynamoDBLocal)
@@ -174,8 +206,9 @@ func Transactional() (*Server, error) {
 	return transactional, transactionalErr
 }
 
-// stopTransactional stops the server Transactional started, if any.
-func stopTransactional() {
+// stopTransactional stops the server Transactional started, if any and
+// if it is not the shared one.
+func stopTransactional(shared *Server) {
 	if transactional != nil && transactional != shared {
 		transactional.Stop()
 	}

@@ -30,6 +30,16 @@
 // time order, and every stretch with more than N of them open is
 // reported. The per-key rule still holds for each slot.
 //
+// A group may be resized during the run ([Log.Resize]); the limit is then
+// the one in force at each moment, by the rule that ddblock's
+// Semaphore.Resize documents: from a resize's "begin" to its "done" the
+// larger of the old and the new number; from its "done" on, the new
+// number alone (the holders above a shrunk number have released before a
+// resize is done). A resize that failed may have written its number: the
+// larger of the two stays in force until a later resize is done. At the
+// moment a limit falls, the tenures still working count as if they began
+// then. A group's resizes are taken to run one at a time.
+//
 // Timestamps come from CLOCK_MONOTONIC on Linux, which every process of a
 // machine shares, so logs from several processes can be compared.
 package mutexcheck
@@ -146,6 +156,9 @@ type Report struct {
 	Limits      map[string]int
 	PeakHolders map[string]int
 	SlotTenures int
+	// Resizes counts the resizes of groups that were done
+	// (acknowledged), by group; nil when there were none.
+	Resizes map[string]int
 	// ByKind counts working tenures by the kind of client that held
 	// them: the flavour named in the holder's ID ("g3.1-session#4" is a
 	// "session" holder's), so a run shows that every kind took part.
@@ -193,6 +206,7 @@ func Check(events []Event) Report {
 	r := Report{Ends: map[string]int{}, Failures: map[string]int{}, MaxToken: map[string]int64{}, MinTakeoverGap: -1,
 		Limits: map[string]int{}, PeakHolders: map[string]int{}}
 	tenures := map[string]*Tenure{}
+	resizes := map[string][]Event{}
 	for _, ev := range events {
 		switch ev.Kind {
 		case Acquired:
@@ -236,6 +250,14 @@ func Check(events []Event) Report {
 				r.Problems = append(r.Problems, fmt.Sprintf("group %s declared with limits %d and %d", ev.Key, n, ev.Token))
 			}
 			r.Limits[ev.Key] = int(ev.Token)
+		case Resize:
+			resizes[ev.Key] = append(resizes[ev.Key], ev)
+			if ev.Note == "done" {
+				if r.Resizes == nil {
+					r.Resizes = map[string]int{}
+				}
+				r.Resizes[ev.Key]++
+			}
 		case Failure:
 			r.Failures[ev.Key+" "+ev.Note]++
 			if ev.Note == CodeUnclear {
@@ -308,18 +330,25 @@ func Check(events []Event) Report {
 			}
 		}
 	}
-	r.checkLimits(byKey)
+	r.checkLimits(byKey, resizes)
 	return r
 }
 
 // checkLimits sweeps each limited group's working intervals in time
-// order and reports every stretch with more holders than the limit.
-func (r *Report) checkLimits(byKey map[string][]*Tenure) {
+// order, with the group's limit as resizes change it, and reports every
+// stretch with more holders than the limit in force.
+func (r *Report) checkLimits(byKey map[string][]*Tenure, resizes map[string][]Event) {
 	type edge struct {
 		t     int64
-		start bool
+		kind  int // edgeStart, edgeLimit, edgeEnd: the order at equal times
 		ten   *Tenure
+		limit int // edgeLimit: the limit from then on
 	}
+	const (
+		edgeStart = iota
+		edgeLimit
+		edgeEnd
+	)
 	edges := map[string][]edge{}
 	for key, ts := range byKey {
 		group, ok := SlotGroup(key)
@@ -332,43 +361,33 @@ func (r *Report) checkLimits(byKey map[string][]*Tenure) {
 		for _, t := range ts {
 			if t.Steps > 0 {
 				r.SlotTenures++
-				edges[group] = append(edges[group], edge{t.First, true, t}, edge{t.Last, false, t})
+				edges[group] = append(edges[group], edge{t: t.First, kind: edgeStart, ten: t}, edge{t: t.Last, kind: edgeEnd, ten: t})
 			}
+		}
+	}
+	for group, evs := range resizes {
+		if _, limited := r.Limits[group]; !limited {
+			continue
+		}
+		for _, ch := range limitChanges(r.Limits[group], evs) {
+			edges[group] = append(edges[group], edge{t: ch.t, kind: edgeLimit, limit: ch.limit})
 		}
 	}
 	for _, group := range slices.Sorted(maps.Keys(edges)) {
 		es := edges[group]
 		// Intervals are closed: at equal times a start comes before an
-		// end, so that touching intervals count as overlapping.
-		slices.SortFunc(es, func(a, b edge) int {
-			if c := cmp.Compare(a.t, b.t); c != 0 {
-				return c
-			}
-			switch {
-			case a.start == b.start:
-				return 0
-			case a.start:
-				return -1
-			default:
-				return 1
-			}
+		// end, so that touching intervals count as overlapping; a limit
+		// that changes at that time applies to both.
+		slices.SortStableFunc(es, func(a, b edge) int {
+			return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.kind, b.kind))
 		})
 		limit := r.Limits[group]
 		open := map[*Tenure]bool{}
 		over := false
-		for _, e := range es {
-			if !e.start {
-				delete(open, e.ten)
-				if len(open) <= limit {
-					over = false
-				}
-				continue
-			}
-			open[e.ten] = true
-			r.PeakHolders[group] = max(r.PeakHolders[group], len(open))
+		report := func(t int64) {
 			if len(open) > limit && !over {
 				over = true
-				v := LimitViolation{Group: group, Limit: limit, At: e.t}
+				v := LimitViolation{Group: group, Limit: limit, At: t}
 				for t := range open {
 					v.Working = append(v.Working, *t)
 				}
@@ -376,7 +395,67 @@ func (r *Report) checkLimits(byKey map[string][]*Tenure) {
 				r.LimitViolations = append(r.LimitViolations, v)
 			}
 		}
+		for _, e := range es {
+			switch e.kind {
+			case edgeEnd:
+				delete(open, e.ten)
+				if len(open) <= limit {
+					over = false
+				}
+			case edgeLimit:
+				limit = e.limit
+				if len(open) <= limit {
+					over = false
+				}
+				report(e.t)
+			case edgeStart:
+				open[e.ten] = true
+				r.PeakHolders[group] = max(r.PeakHolders[group], len(open))
+				report(e.t)
+			}
+		}
 	}
+}
+
+// limitChange is the limit of a group from t on.
+type limitChange struct {
+	t     int64
+	limit int
+}
+
+// limitChanges turns a group's resize events into the limit in force
+// from each of them on, starting from the declared limit: a resize in
+// flight (begun, or failed) allows the larger of its number and the
+// number of the last resize done; a resize done allows its number, and
+// ends every resize in flight that began before it.
+func limitChanges(declared int, evs []Event) []limitChange {
+	evs = slices.Clone(evs)
+	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
+	base := declared
+	inFlight := map[string]Event{} // by resize name: its begin
+	var out []limitChange
+	for _, ev := range evs {
+		switch ev.Note {
+		case "begin":
+			inFlight[ev.Tenure] = ev
+		case "done":
+			began, ok := inFlight[ev.Tenure]
+			for name, other := range inFlight {
+				if !ok || other.T <= began.T {
+					delete(inFlight, name)
+				}
+			}
+			base = int(ev.Token)
+		case "failed":
+			// Stays in flight: its number may have been written.
+		}
+		limit := base
+		for _, f := range inFlight {
+			limit = max(limit, int(f.Token))
+		}
+		out = append(out, limitChange{ev.T, limit})
+	}
+	return out
 }
 
 // CodeUnclear is the code a holder logs for a failure that is not a
@@ -409,10 +488,21 @@ func (r Report) Summary() string {
 	if len(r.Limits) > 0 {
 		parts := make([]string, 0, len(r.Limits))
 		for _, g := range slices.Sorted(maps.Keys(r.Limits)) {
+			if r.Resizes[g] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d (declared limit %d, then resized)", g, r.PeakHolders[g], r.Limits[g]))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%s %d of %d", g, r.PeakHolders[g], r.Limits[g]))
 		}
 		fmt.Fprintf(&b, "semaphores: %d working tenures of their slots; most holders at once: %s; OVER THE LIMIT %d\n",
 			r.SlotTenures, strings.Join(parts, ", "), len(r.LimitViolations))
+		if len(r.Resizes) > 0 {
+			parts = parts[:0]
+			for _, g := range slices.Sorted(maps.Keys(r.Resizes)) {
+				parts = append(parts, fmt.Sprintf("%s %d", g, r.Resizes[g]))
+			}
+			fmt.Fprintf(&b, "semaphore resizes done (the limit checked is the one in force at each moment): %s\n", strings.Join(parts, ", "))
+		}
 	}
 	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
 	return b.String()

@@ -313,5 +313,8 @@ func (h *Holder) failed(op string, err error) bool {
 		detail = "UNKNOWN without a cause: " + detail
 	}
 	h.Log.Failure(h.ID, op, Now(), string(code), detail)
-	return code == ddblock.CodeClientShutdown && op == "acquire"
+	// A closed client ends the holder's rounds, whichever call of a
+	// round's start found it closed (NewElection too says so now): going
+	// on would spin, logging a failure each time.
+	return code == ddblock.CodeClientShutdown && (op == "acquire" || op == "campaign")
 }

@@ -37,6 +37,11 @@ const (
 	// semaphore's slots) may have at most Token holders at once; Key is
 	// the group, Tenure the holder that says so.
 	Limit EventKind = 'L'
+	// Resize: a resize of the group Key to Token slots, named Tenure;
+	// Note is "begin" (logged before the call), "done" (after it
+	// returned success: acknowledged) or "failed" (it returned an error,
+	// and may have written the new number all the same).
+	Resize EventKind = 'Z'
 	// Write: a counter holder (see [Incrementer]) is about to write the
 	// counter Key of its tenure; Token is the value it read, Note the
 	// write's ID (a guarded write's ClientRequestToken).
@@ -130,6 +135,12 @@ func (l *Log) Limit(holder, group string, t int64, n int) {
 	l.write(fmt.Sprintf("L %s %s %d %d\n", word(holder), word(group), t, n))
 }
 
+// Resize records a phase of a resize of group to n slots: "begin" just
+// before the call, then "done" once it returned success, or "failed".
+func (l *Log) Resize(resize, group string, t int64, n int, phase string) {
+	l.write(fmt.Sprintf("Z %s %s %d %d %s\n", word(resize), word(group), t, n, word(phase)))
+}
+
 // Write records that tenure is about to write value+1 to the counter key
 // after reading value; id names the write.
 func (l *Log) Write(tenure, key string, t int64, value int64, id string) {
@@ -184,7 +195,7 @@ func parseLine(line string) (Event, error) {
 		return Event{}, errors.New("no event kind")
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
-	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5,
+	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5, Resize: 6,
 		Write: 6, Incremented: 6, NotApplied: 7}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
@@ -216,6 +227,16 @@ func parseLine(line string) (Event, error) {
 		n, err := strconv.ParseInt(f[4], 10, 64)
 		if err != nil || n < 1 {
 			return Event{}, fmt.Errorf("limit %q: want a positive number", f[4])
+		}
+		ev.Token = n
+	case Resize:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[5]
+		n, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil || n < 1 {
+			return Event{}, fmt.Errorf("resize to %q: want a positive number", f[4])
+		}
+		if ev.Note != "begin" && ev.Note != "done" && ev.Note != "failed" {
+			return Event{}, fmt.Errorf("resize phase %q: want begin, done or failed", ev.Note)
 		}
 		ev.Token = n
 	case Write, Incremented, NotApplied:

@@ -164,8 +164,15 @@ func (s *Server) ClientFor(endpoint string, retryMaxAttempts int) *dynamodb.Clie
 // fixed credentials and region put in their place, with no shared config
 // or instance metadata to consult; for an external server, environ is
 // kept as it is, since it holds what reaches that server.
-func (s *Server) ChildEnv(environ []string) []string {
-	if s.External {
+func (s *Server) ChildEnv(environ []string) []string { return childEnv(s.External, environ) }
+
+// ChildEnv is [Server.ChildEnv] for the server the environment picks,
+// before it has started: external when DDBLOCK_TEST_ENDPOINT is set. A
+// test can so prepare a child's environment without starting a server.
+func ChildEnv(environ []string) []string { return childEnv(os.Getenv(EndpointEnv) != "", environ) }
+
+func childEnv(external bool, environ []string) []string {
+	if external {
 		return environ
 	}
 	var env []string
