@@ -51,7 +51,20 @@ const (
 // (errors.Is(err, ErrAlreadyHeld)), where python_dynamodb_lock would
 // wait on its own lock until the retry timeout. A concurrent acquire of
 // the same key by this client that loses to it gets the same answer at
-// its next attempt.
+// its next attempt. With [WithWaitOnOwn] the acquire waits for it
+// instead, as goroutines of one program that take turns with a key do.
+//
+// Goroutines of one client that wait for the same key wait together: the
+// key is read about once per retry period between them (the shortest of
+// their periods), not once each; what a read shows serves them all, and
+// one of them puts when it shows the lock free or expired. Each keeps its
+// own retry period, timeout and context. When this client releases a key
+// that its goroutines wait for (WithWaitOnOwn), one of them takes it at
+// once, its put sent as soon as the release's call is answered, without
+// waiting for its next attempt. When reads of the key are throttled, its
+// waiters read less often (a retry period plus a random part that
+// doubles with each throttled read, up to 16 periods), and at their
+// period again once a read goes through.
 //
 // Failures worth another try (throttling, server errors, timeouts, lost
 // connections) are retried like a held lock, within the retry timeout;
@@ -107,6 +120,8 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	if o.FairWaiting && !once {
 		a.line = c.newLine(pk, o.SortKey, o.RetryPeriod)
 	}
+	a.kw, a.lastCall = c.waiters.join(a.id)
+	defer c.waiters.leave(a.id, a.kw)
 	lock, err := a.run(ctx, a, &a.opts)
 	a.line.leave() // won or not, the ticket has served
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
@@ -182,6 +197,21 @@ type acquisition struct {
 	// fast: what was seen is taken over by its holder's stamp, not for
 	// having been watched a whole lease (set by mayWrite).
 	fast bool
+	// When the look that showed seen was made: monotonic (after the
+	// reply) and wall clock. The lock's expiry is judged as of then.
+	lookAt   time.Duration
+	lookWall time.Time
+
+	// The waiters of this key in this client (waiters.go), for
+	// AcquireLock and TryAcquireLock: kw is nil for a semaphore's slots.
+	kw       *keyWait
+	lastCall uint64          // the latest of kw's looks this acquisition made or used (at first: the latest before it came)
+	call     uint64          // the number of this acquisition's call in flight, or of its last
+	handoff  <-chan struct{} // closed when this client releases the key
+	callEnd  <-chan struct{} // closed when the call of another waiter ends
+	readSent time.Duration   // when this acquisition's last read of the item was sent
+	// backoffErr is the throttle that the key's reads are backing off from.
+	backoffErr error
 	// line is this waiter's place in the key's line of fair waiters
 	// (line.go); nil unless it waits fairly.
 	line *line
@@ -189,15 +219,16 @@ type acquisition struct {
 
 // attempt makes one try. It returns the lock when acquired, an error
 // when the acquire must end, and neither when it should wait and retry.
+// Which call it makes, if any, the key's waiters decide between them
+// (waiters.go): one call for the key at a time, one read per retry
+// period, one put per look that shows the lock free.
 func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
-	c := a.c
-	if c.holds(a.id) {
-		// Checked at every attempt, not only the first: a concurrent
-		// acquire of the same key by this client may have won meanwhile.
-		return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
-	}
 	if a.line != nil {
-		// A fair waiter tries only in its turn (line.go).
+		// A fair waiter tries only in its turn (line.go); one that would
+		// only be told ALREADY_HELD takes no place in line.
+		if !a.opts.WaitOnOwn && a.c.holds(a.id) {
+			return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+		}
 		if mine, err := a.line.turn(ctx, a.lockLook); err != nil || !mine {
 			if err != nil {
 				return nil, a.callError(ctx, "waiting in line", err)
@@ -205,26 +236,73 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, error) {
 			return nil, nil
 		}
 	}
-	if a.seen != nil && !a.seen.Released {
-		// Someone held the lock when we last looked: read before writing,
-		// so that waiting costs reads only.
-		info, err := c.readItem(ctx, a.pk, a.opts.SortKey)
-		if err != nil {
-			return nil, a.callError(ctx, "reading the lock", err)
-		}
-		if err := a.look(ctx, info); err != nil {
-			return nil, err
-		}
-		if !a.mayWrite() {
-			return nil, nil // held, and not yet silent for a whole lease
+	for {
+		switch a.c.waiters.next(a) {
+		case stepOwn:
+			if !a.opts.WaitOnOwn {
+				// Checked at every attempt, not only the first: a
+				// concurrent acquire of the same key by this client may
+				// have won meanwhile.
+				return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+			}
+			return nil, nil // woken by its release
+		case stepWait:
+			if !a.once {
+				return nil, nil // woken when the call ends
+			}
+			// TryAcquireLock answers from that call's outcome.
+			select {
+			case <-a.callEnd:
+			case <-ctx.Done():
+				return nil, contextError(ctx, a.fail)
+			case <-a.c.ctx.Done():
+				return nil, a.fail(CodeClientShutdown, "the client was closed while acquiring", nil)
+			}
+		case stepHeld:
+			return nil, nil
+		case stepBackoff:
+			return nil, &backingOff{a.backoffErr}
+		case stepRead:
+			return a.readThenPut(ctx)
+		case stepPut:
+			return a.putOnLook(ctx, false)
 		}
 	}
-	lock, err := a.putWithSession(ctx)
+}
+
+// readThenPut reads the item, and puts when what it shows can be taken:
+// someone held the lock when we last looked, so waiting costs reads only.
+func (a *acquisition) readThenPut(ctx context.Context) (*Lock, error) {
+	a.readSent = a.c.clock.Monotonic()
+	info, err := a.c.readItem(ctx, a.pk, a.opts.SortKey)
+	if err == nil {
+		err = a.look(ctx, info)
+	} else {
+		err = a.callError(ctx, "reading the lock", err)
+	}
+	if err != nil {
+		a.c.waiters.done(a, false, false, true, err, err)
+		return nil, err
+	}
+	if !a.mayWrite() {
+		a.c.waiters.done(a, true, false, true, nil, nil)
+		return nil, nil // held, and not yet silent for a whole lease
+	}
+	return a.putOnLook(ctx, true)
+}
+
+// putOnLook puts our lock on what was seen last, and once more should
+// the put lose to something that can be taken now: the item was
+// released, deleted, or is stale by its holder's stamp. What a lost put
+// found becomes the key's latest look.
+func (a *acquisition) putOnLook(ctx context.Context, read bool) (lock *Lock, err error) {
+	defer func() {
+		a.c.waiters.done(a, lock == nil && err == nil, true, read, nil, nil)
+	}()
+	lock, err = a.putWithSession(ctx)
 	if lock != nil || err != nil || !a.mayWrite() {
 		return lock, err
 	}
-	// The put lost, but what it found can be taken now: the item was
-	// released, deleted, or is stale by its holder's stamp.
 	return a.putWithSession(ctx)
 }
 
@@ -278,13 +356,20 @@ func (a *acquisition) look(ctx context.Context, info *LockInfo) error {
 // of it is kept all the same: a takeover's put is conditioned on it.
 func (a *acquisition) observe(info *LockInfo) {
 	now := a.c.clock.Monotonic()
+	a.lookAt, a.lookWall = now, a.c.clock.Now()
 	switch {
 	case info == nil:
 		a.seen = nil
-	case a.seen == nil || a.seen.RecordVersionNumber != info.RecordVersionNumber:
-		a.seen, a.seenAt = info, now
-	default:
+	case a.seen != nil && a.seen.RecordVersionNumber == info.RecordVersionNumber:
 		a.seen = info // same version: keep the time it was first seen
+	default:
+		// New to this acquire; another acquire of this client (a
+		// waiter of the same key, an earlier call) may have seen it
+		// first, and its sight counts as well as ours.
+		a.seen, a.seenAt = info, now
+		if prior, at := a.c.observations.get(a.id); prior != nil && prior.RecordVersionNumber == info.RecordVersionNumber {
+			a.seenAt = min(at, now)
+		}
 	}
 	if a.seen == nil {
 		a.c.observations.forget(a.id)
@@ -327,7 +412,20 @@ func (a *acquisition) expired() bool {
 	if s := a.seen.Session; s != nil {
 		return a.c.observations.sessionDead(s.PartitionKey, sessionLeaseOf(a.seen))
 	}
-	return a.c.clock.Monotonic()-a.seenAt >= a.seen.LeaseDuration
+	return a.lookAt-a.seenAt >= a.seen.LeaseDuration
+}
+
+// adopt takes a look that another waiter of the key made (or a release
+// by this client) as this acquisition's own: what it showed, when its
+// version was first seen, and when it was made, as of which the lock's
+// expiry is judged.
+func (a *acquisition) adopt(l *look) {
+	seenAt := l.seenAt
+	if a.seen != nil && l.info != nil && a.seen.RecordVersionNumber == l.info.RecordVersionNumber {
+		seenAt = min(seenAt, a.seenAt)
+	}
+	a.seen, a.seenAt = l.info, seenAt
+	a.lookAt, a.lookWall, a.sessionReadWall = l.at, l.wall, l.sessionReadWall
 }
 
 // staleByStamp: fast takeover by the holder's wall-clock stamp. For a
@@ -353,7 +451,7 @@ func (a *acquisition) staleByStamp() bool {
 		a.c.observations.markSessionDead(s.PartitionKey, s.Item.RecordVersionNumber, sessionLeaseOf(a.seen))
 		return true
 	}
-	return a.c.clock.Now().After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
+	return a.lookWall.After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
 }
 
 // put writes our lock: a new item when none was seen, or over the seen

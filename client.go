@@ -52,6 +52,7 @@ type Client struct {
 	locks  map[string]*Lock
 
 	observations *observations
+	waiters      *waitRoom // goroutines waiting for the same key (waiters.go)
 
 	// The client's session (Options.SessionLease): the current one, and
 	// a channel closed when the start of one under way ends.
@@ -186,6 +187,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sendCtx, c.abandonSends = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
+	c.waiters = newWaitRoom()
 	c.callbacks = newCallbackPool(c, o.CallbackWorkers)
 	c.heartbeats = newHeartbeater(c)
 	c.monitor = newMonitor(c)

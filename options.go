@@ -629,6 +629,14 @@ type AcquireOptions struct {
 	// Callback is told when the lock is in danger, stolen, or recovers.
 	// It runs on the client's callback workers.
 	Callback Callback
+	// WaitOnOwn makes AcquireLock wait for a lock that this client
+	// holds, as for anyone else's, instead of answering ALREADY_HELD:
+	// for goroutines of one client that take turns with a key. When the
+	// client releases it, one waiter takes it within one call, without
+	// waiting for its next attempt. Locks are still not reentrant: a
+	// goroutine that waits for a lock it holds itself waits until its
+	// timeout. Default false. See [WithWaitOnOwn].
+	WaitOnOwn bool
 	// FairWaiting makes the acquire wait its turn in the key's line of
 	// fair waiters: among the fair waiters of one key (or of one
 	// semaphore), the lock goes to the one that came first. Clients that

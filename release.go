@@ -123,6 +123,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	}
 	switch {
 	case err == nil:
+		c.handOff(l, rvn) // to this client's waiters of the key (waiters.go)
 		return false, nil
 	case isConditionFailed(err):
 		lerr := l.lockError(CodeLockStolen, "the item changed hands before the release", err)

@@ -8,7 +8,8 @@ import (
 
 // retryLoop is the loop of attempts that AcquireLock, TryAcquireLock and
 // Semaphore.Acquire share: attempts at start + n × the retry period, as
-// python_dynamodb_lock makes them, until one wins, one fails for good,
+// python_dynamodb_lock makes them (and, for a target that is woken,
+// between them: see wakingTarget), until one wins, one fails for good,
 // the retry timeout would pass, the context ends or the client closes.
 // Transient failures (throttling, server errors, lost connections) are
 // tried again at the next attempt; the last one is returned should the
@@ -37,8 +38,21 @@ type retryTarget interface {
 	retryingAfter(err error)
 }
 
+// wakingTarget is a target whose waits may end before their time: when
+// what it waits for changes (see waiters.go). An attempt made then does
+// not count against the schedule of attempts.
+type wakingTarget interface {
+	// wakeups returns channels that end the sleep after an attempt when
+	// closed; nil ones never do.
+	wakeups() (a, b <-chan struct{})
+}
+
 func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
 	c := r.c
+	// scheduled counts the attempts due so far: the next is due at
+	// start + scheduled × the retry period. An attempt made before its
+	// time (woken early) leaves it as it is.
+	scheduled := 0
 	for {
 		if c.isClosed() {
 			return nil, t.fail(CodeClientShutdown, "the client is closed", nil)
@@ -48,9 +62,14 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		}
 		r.attempts++
 		lock, err := t.attempt(ctx)
+		var backoff *backingOff
 		switch {
 		case lock != nil:
 			return lock, nil
+		case errors.As(err, &backoff):
+			// No call was made: the key's reads back off from a
+			// throttle, which was logged when it came.
+			r.lastErr = backoff.err
 		case err != nil && !transient(err):
 			return nil, err
 		case err != nil:
@@ -65,11 +84,14 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		}
 		// Sleep until start + n × the retry period, as Python does,
 		// unless that is past the retry timeout.
-		wake := r.start + time.Duration(r.attempts)*opts.RetryPeriod
+		if c.clock.Monotonic() >= r.start+time.Duration(scheduled)*opts.RetryPeriod {
+			scheduled++
+		}
+		wake := r.start + time.Duration(scheduled)*opts.RetryPeriod
 		if wake > r.start+opts.RetryTimeout {
 			return nil, r.giveUp(t)
 		}
-		if err := r.sleep(ctx, t, wake-c.clock.Monotonic()); err != nil {
+		if err := r.sleep(ctx, t, wake); err != nil {
 			return nil, err
 		}
 	}
@@ -84,17 +106,24 @@ func (r *retryLoop) giveUp(t retryTarget) error {
 	return t.heldError()
 }
 
-func (r *retryLoop) sleep(ctx context.Context, t retryTarget, d time.Duration) error {
-	timer := r.c.clock.NewTimer(max(d, 0))
+// sleep waits until due (monotonic), or less when the target is woken.
+func (r *retryLoop) sleep(ctx context.Context, t retryTarget, due time.Duration) error {
+	var wakeA, wakeB <-chan struct{}
+	if w, ok := t.(wakingTarget); ok {
+		wakeA, wakeB = w.wakeups()
+	}
+	timer := r.c.clock.NewTimer(max(due-r.c.clock.Monotonic(), 0))
 	defer timer.Stop()
 	select {
 	case <-timer.C():
-		return nil
+	case <-wakeA:
+	case <-wakeB:
 	case <-ctx.Done():
 		return contextError(ctx, t.fail)
 	case <-r.c.ctx.Done():
 		return t.fail(CodeClientShutdown, "the client was closed while waiting", nil)
 	}
+	return nil
 }
 
 // contextError is the error of an acquire whose context ended: its

@@ -272,6 +272,10 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	return res
 }
 
+// sharedClientGoroutines is how many goroutines share one in-process
+// client in the slots that share one.
+const sharedClientGoroutines = 3
+
 // runSlot runs in-process holder i until ctx ends, with a new client
 // each time the abandoner closes the current one.
 func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
@@ -290,22 +294,43 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			return
 		}
 		c.slots.Store(i, client)
-		h := &mutexcheck.Holder{
-			ID: name, Client: client, Keys: c.keys, Log: c.inproc,
-			HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
-			LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
-			AcquireTimeout: 3 * time.Second,
-			AcquireOptions: append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)}, fl.Acquire...),
-			UseWithLock:    i%4 == 1,
-			UseElection:    i%4 == 3,
-			UseSemaphore:   c.cfg.SemaphoreSlots > 0 && i%4 == 2,
-			Slots:          c.cfg.SemaphoreSlots,
-			DirectSlots:    c.cfg.SemaphoreSlots,
-			Seed:           c.cfg.Seed + uint64(i*1000+gen),
+		// The holders of slots 0 and 1 (AcquireLock and WithLock) are
+		// several goroutines of one client, which wait for one another's
+		// locks (WithWaitOnOwn): the client's waiters of a key share its
+		// reads and take it over from one another at its release
+		// (waiters.go). The others are one goroutine each.
+		goroutines := 1
+		acquireOpts := append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)}, fl.Acquire...)
+		if i%4 <= 1 {
+			goroutines = sharedClientGoroutines
+			acquireOpts = append(acquireOpts, ddblock.WithWaitOnOwn())
 		}
-		if err := h.Run(ctx); err != nil {
-			c.problem("holder %s: %v", name, err)
+		var running sync.WaitGroup
+		for g := range goroutines {
+			id := name
+			if goroutines > 1 {
+				id = fmt.Sprintf("%s-t%d", name, g)
+			}
+			h := &mutexcheck.Holder{
+				ID: id, Client: client, Keys: c.keys, Log: c.inproc,
+				HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
+				LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
+				AcquireTimeout: 3 * time.Second,
+				AcquireOptions: acquireOpts,
+				UseWithLock:    i%4 == 1,
+				UseElection:    i%4 == 3,
+				UseSemaphore:   c.cfg.SemaphoreSlots > 0 && i%4 == 2,
+				Slots:          c.cfg.SemaphoreSlots,
+				DirectSlots:    c.cfg.SemaphoreSlots,
+				Seed:           c.cfg.Seed + uint64(i*1000+gen) + uint64(g)<<32,
+			}
+			running.Go(func() {
+				if err := h.Run(ctx); err != nil {
+					c.problem("holder %s: %v", id, err)
+				}
+			})
 		}
+		running.Wait()
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := client.Close(cctx, true); err != nil {
 			c.problem("closing %s: %v", name, err)

@@ -29,8 +29,9 @@ type waitMode interface {
 
 // waitModes are the modes --wait-mode can name.
 var waitModes = map[string]waitMode{
-	"unfair": pollingWait{},
-	"fair":   fairWait{},
+	"unfair":        pollingWait{},
+	"unfair-shared": sharedPollingWait{},
+	"fair":          fairWait{},
 }
 
 // waitModeNames lists the modes, for flag help and errors.

@@ -149,11 +149,18 @@ func newContenders(cfg *workerConfig) ([]*contender, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, shared := mode.(interface{ sharedClient() bool })
 	var cs []*contender
 	for _, wc := range cfg.Contenders {
+		wire := newCountingDDB(testserver.ChildClient(cfg.Endpoint, 0))
+		if shared && len(cs) > 0 {
+			// One client for the process: the first contender's wire
+			// counts every call of it, the others' stay at zero.
+			cs = append(cs, &contender{id: wc.ID, proc: cfg.Proc, key: wc.Key, mode: mode, hold: cfg.Hold, retry: cfg.Retry, think: cfg.Think, client: cs[0].client, wire: wire})
+			continue
+		}
 		// Each contender has a client of its own, down to the SDK
 		// client and its connections, as separate programs would.
-		wire := newCountingDDB(testserver.ChildClient(cfg.Endpoint, 0))
 		opts := []ddblock.Option{
 			ddblock.WithTableName(cfg.Table),
 			ddblock.WithHeartbeatPeriod(cfg.Period),
