@@ -9,9 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // DynamoDB's limits on key values.
@@ -531,7 +531,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		if outcomeUnknown(err) {
+		if wire.OutcomeUnknown(err) {
 			// The put may have landed (a lost reply, a cancel in flight):
 			// take back what we may have written, so that nobody waits a
 			// lease on a lock that nobody holds. A put that never left
@@ -621,7 +621,7 @@ func (c *Client) deleteDeadSession(pk string) {
 	switch {
 	case err == nil:
 		c.log.Info("ddblock: deleted the item of a session presumed dead", "session", pk)
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		// Heartbeated after all (its holder then counts its locks lost),
 		// or deleted by someone else.
 	default:
@@ -638,7 +638,7 @@ func (c *Client) deleteIfOurs(info *LockInfo, sess *session) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
 	counted := info.FencingToken > 0
-	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, counted); err != nil && !isConditionFailed(err) {
+	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, counted); err != nil && !wire.ConditionFailed(err) {
 		c.log.Warn("ddblock: could not remove an abandoned acquire", "key", info.PartitionKey, "sort_key", info.SortKey, "err", err)
 		if sess != nil {
 			sess.leave(leftover{pk: info.PartitionKey, sk: info.SortKey, rvn: info.RecordVersionNumber, counted: counted})
@@ -675,7 +675,7 @@ func transient(err error) bool {
 	if !errors.As(err, &lerr) || lerr.Code != CodeUnknown || lerr.Err == nil {
 		return false
 	}
-	return retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(lerr.Err) == aws.TrueTernary
+	return wire.Transient(lerr.Err)
 }
 
 // callError classifies a failed DynamoDB call made while acquiring.

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // attrLeaderValue holds a leader's value in its election's lock item. It
@@ -206,7 +207,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		l.value = value
 		l.mu.Unlock()
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		if lerr := lk.Err(); lerr != nil {
 			return lerr
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Guarded writes: a held lock lends a ConditionCheck on its own item to
@@ -334,13 +334,13 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 		e.Setting = "ClientRequestToken"
 		return e
 	}
-	if unsupportedOperation(err) {
+	if wire.UnsupportedOperation(err) {
 		return l.lockError(CodeTransactionsUnsupported, "the server does not implement TransactWriteItems (dynalite does not)", gw)
 	}
-	if neverSent(err) {
+	if wire.NeverSent(err) {
 		return l.lockError(CodeUnknown, "the request could not be sent: nothing was written", gw)
 	}
-	if outcomeUnknown(err) {
+	if wire.OutcomeUnknown(err) {
 		if ctx.Err() != nil {
 			return l.lockError(CodeOutcomeUnknown, "the context ended while the transaction was under way: it may have committed; send it again with the same request token to learn which", gw)
 		}
@@ -361,21 +361,6 @@ func reasonCodes(rs []types.CancellationReason) string {
 		}
 	}
 	return strings.Join(codes, ", ")
-}
-
-// unsupportedOperation reports whether the server said it has no such
-// operation: dynalite answers TransactWriteItems with
-// UnknownOperationException.
-func unsupportedOperation(err error) bool {
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return false
-	}
-	switch api.ErrorCode() {
-	case "UnknownOperationException", "UnknownOperation", "InvalidAction", "NotImplemented":
-		return true
-	}
-	return false
 }
 
 // guardFailed marks the lock stolen when the item the failed guard saw

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 )
@@ -504,7 +505,7 @@ func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite 
 		l.markStolenLocked("another client took the lock", err)
 	default:
 		c.stats.heartbeatsFailed.Add(1)
-		if outcomeUnknown(err) {
+		if wire.OutcomeUnknown(err) {
 			// The write may have landed: remember its version number.
 			if len(l.unknownRVNs) == maxUnknownHeartbeats {
 				l.unknownRVNs = append(l.unknownRVNs[:0], l.unknownRVNs[1:]...)

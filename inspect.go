@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // readItem reads a lock item with a strongly consistent GetItem; nil
@@ -216,13 +216,13 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 // (such as an item over 400 KB), or anything else.
 func (c *Client) tableError(err error, doing, pk, sk string) *Error {
 	code, msg := CodeUnknown, doing
-	var invalid smithy.APIError
+	invalid, isInvalid := wire.Invalid(err)
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		code = CodeTableNotFound
 		msg = doing + ": table " + c.opts.TableName + " does not exist"
-	case errors.As(err, &invalid) && invalid.ErrorCode() == "ValidationException":
-		if strings.Contains(strings.ToLower(invalid.ErrorMessage()), "key") {
+	case isInvalid:
+		if strings.Contains(strings.ToLower(invalid), "key") {
 			code = CodeTableMismatch
 			msg = fmt.Sprintf("%s: table %s does not have the keys this client uses (partition key %q, sort key %q, both strings)",
 				doing, c.opts.TableName, c.opts.PartitionKeyName, c.opts.SortKeyName)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // A line is where fair waiters of one key wait their turn
@@ -324,7 +325,7 @@ func (l *line) enqueue(ctx context.Context) (int, error) {
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	}, c.throttleWatch("UpdateItem")...)
-	if isConditionFailed(err) {
+	if wire.ConditionFailed(err) {
 		return 0, nil
 	}
 	if err != nil {
@@ -364,7 +365,7 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 		if err == nil {
 			return true, nil
 		}
-		if !isConditionFailed(err) {
+		if !wire.ConditionFailed(err) {
 			return false, err
 		}
 	}
@@ -379,7 +380,7 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 			":id":    &types.AttributeValueMemberS{Value: id},
 		},
 	}, c.throttleWatch("UpdateItem")...)
-	if isConditionFailed(err) {
+	if wire.ConditionFailed(err) {
 		return false, nil
 	}
 	return err == nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -103,7 +102,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	rvn, unknown := l.rvn, slices.Clone(l.unknownRVNs)
 	l.mu.Unlock()
 	err = c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
-	if err != nil && isConditionFailed(err) {
+	if err != nil && wire.ConditionFailed(err) {
 		// Stolen, or a write of ours landed unheard: this release (its
 		// reply lost, the SDK's retry failing the condition), or a
 		// heartbeat whose outcome was unknown. Only a read can tell.
@@ -116,7 +115,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 			err = c.giveBack(ctx, l.pk, l.sk, info.RecordVersionNumber, l.token > 0)
 		}
 	}
-	if err != nil && !isConditionFailed(err) && l.session != nil {
+	if err != nil && !wire.ConditionFailed(err) && l.session != nil {
 		// Still ours, perhaps, and kept alive by the session, which no
 		// lease ends: the session gives it back after a later heartbeat.
 		l.session.leave(leftover{pk: l.pk, sk: l.sk, rvn: rvn, counted: l.token > 0})
@@ -125,7 +124,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	case err == nil:
 		c.handOff(l, rvn) // to this client's waiters of the key (waiters.go)
 		return false, nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		lerr := l.lockError(CodeLockStolen, "the item changed hands before the release", err)
 		l.mu.Lock()
 		l.lostAtReleaseLocked(lerr)
@@ -233,16 +232,6 @@ func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
 	return err
 }
 
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
-}
-
-func isTableNotFound(err error) bool {
-	var rnf *types.ResourceNotFoundException
-	return errors.As(err, &rnf)
-}
-
 // ForceRelease deletes the lock item on (partitionKey, sortKey) whoever
 // holds it (or, with KeepReleasedItems, marks it released): an
 // operator's removal of a stuck lock. It is guarded: the
@@ -290,7 +279,7 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	switch {
 	case err == nil:
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) || errors.Is(gerr, ErrLockReleased) {
 			return gerr
 		}
@@ -299,37 +288,6 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	default:
 		return c.tableError(err, "deleting the lock", partitionKey, sortKey)
 	}
-}
-
-// outcomeUnknown reports whether a failed write may nevertheless have
-// been applied. A request that never left this host cannot have been:
-// the connection could not be made (refused, no route, no such host, a
-// dial that timed out). Anything after the request was sent may have
-// been: a timeout or a cancel while waiting for the reply, a connection
-// reset mid-response, a 5xx. Only an answer from DynamoDB that refused
-// the write (a 4xx) says it was not applied.
-func outcomeUnknown(err error) bool {
-	if neverSent(err) {
-		return false
-	}
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return true // no answer at all: a timeout, a dropped connection
-	}
-	return api.ErrorFault() == smithy.FaultServer
-}
-
-// neverSent reports whether err says the request could not be sent: the
-// connection to the endpoint was never made. Go's HTTP transport dials
-// before it writes a request, and reports a failed dial (DNS included)
-// as a *net.OpError whose Op is "dial".
-func neverSent(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // survivingOwnEnd returns a context for the calls of l's release: ctx,

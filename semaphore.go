@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // How a semaphore lays out its items. On a table with a sort key, the
@@ -837,7 +838,7 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 				// Presumed dead: removed as a waiter would take it over.
 				pk, sk := s.slotKey(i)
 				err := c.giveBack(ctx, pk, sk, a.seen.RecordVersionNumber, a.seen.FencingToken > 0)
-				if err != nil && !isConditionFailed(err) {
+				if err != nil && !wire.ConditionFailed(err) {
 					return ended(s.resizeCallError(ctx, "removing a slot of a holder presumed dead", err))
 				}
 				if err == nil {
@@ -927,14 +928,14 @@ func (s *Semaphore) writeSize(ctx context.Context, slots int) (version int, abov
 			item[attrSemaphoreSpan] = &types.AttributeValueMemberN{Value: strconv.Itoa(span)}
 		}
 		_, err = c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
-		if err != nil && !isConditionFailed(err) && outcomeUnknown(err) && s.written(ctx, slots, version) {
+		if err != nil && !wire.ConditionFailed(err) && wire.OutcomeUnknown(err) && s.written(ctx, slots, version) {
 			err = nil // the reply was lost (the context ended, say), not the write
 		}
 		switch {
 		case err == nil:
 			c.log.Info("ddblock: semaphore resized", "semaphore", s.name, "slots", slots, "resizes", version)
 			return version, above, nil
-		case isConditionFailed(err):
+		case wire.ConditionFailed(err):
 			continue // another resize or a first Acquire wrote it: read again
 		default:
 			return 0, nil, s.resizeCallError(ctx, "writing the semaphore's metadata", err)
@@ -968,7 +969,7 @@ func (s *Semaphore) writeSpan(ctx context.Context, slots, version int) error {
 	switch {
 	case err == nil:
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		return s.fail(CodeSemaphoreMismatch, fmt.Sprintf("resized again while this resize to %d slots waited", slots), nil)
 	default:
 		return s.resizeCallError(ctx, "writing the semaphore's metadata", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Session leases (Options.SessionLease).
@@ -216,7 +217,7 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		ConditionExpression:      aws.String(condNew),
 		ExpressionAttributeNames: map[string]string{namePK: c.opts.PartitionKeyName},
 	}, c.throttleWatch("PutItem")...)
-	if err != nil && isConditionFailed(err) {
+	if err != nil && wire.ConditionFailed(err) {
 		// The key is fresh and random: an item there is our own put,
 		// whose reply was lost and whose retry by the SDK then failed.
 		if cur, rerr := c.readItem(ctx, s.pk, s.sk); rerr == nil && cur != nil && cur.RecordVersionNumber == info.RecordVersionNumber {
@@ -224,7 +225,7 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		}
 	}
 	if err != nil {
-		if outcomeUnknown(err) || isConditionFailed(err) {
+		if wire.OutcomeUnknown(err) || wire.ConditionFailed(err) {
 			s.rvn = info.RecordVersionNumber
 			s.deleteItem(context.WithoutCancel(ctx))
 		}
@@ -306,7 +307,7 @@ func (s *session) giveBackLeftovers(ctx context.Context, limit int) {
 	done := 0
 	for _, item := range batch {
 		err := c.giveBack(ctx, item.pk, item.sk, item.rvn, item.counted)
-		if err != nil && !isConditionFailed(err) {
+		if err != nil && !wire.ConditionFailed(err) {
 			c.log.Warn("ddblock: could not give back a lock item left on the session; trying again after the next heartbeat",
 				"session", s.pk, "key", item.pk, "sort_key", item.sk, "err", err)
 			break
@@ -382,7 +383,7 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 		}
 		s.end(why, false)
 	default:
-		if outcomeUnknown(err) {
+		if wire.OutcomeUnknown(err) {
 			if len(s.unknownRVNs) == maxUnknownHeartbeats {
 				s.unknownRVNs = append(s.unknownRVNs[:0], s.unknownRVNs[1:]...)
 			}
@@ -509,7 +510,7 @@ func (s *session) deleteItem(ctx context.Context) {
 		if err == nil {
 			return
 		}
-		if !isConditionFailed(err) {
+		if !wire.ConditionFailed(err) {
 			c.log.Warn("ddblock: could not delete the session item; it expires by its TTL", "session", s.pk, "err", err)
 			return
 		}
@@ -544,7 +545,7 @@ func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, se
 // session mark.
 func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
 	hb, err = c.sendHeartbeat(ctx, pk, sk, oldRVN)
-	if err == nil || !isConditionFailed(err) {
+	if err == nil || !wire.ConditionFailed(err) {
 		return hb, err, false, nil
 	}
 	// Someone took the item, or a write of ours landed without our
@@ -563,7 +564,7 @@ func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown
 	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
 		// An earlier heartbeat landed: carry on from its version.
 		hb, err = c.sendHeartbeat(ctx, pk, sk, info.RecordVersionNumber)
-		return hb, err, err != nil && isConditionFailed(err), nil // taken since that read
+		return hb, err, err != nil && wire.ConditionFailed(err), nil // taken since that read
 	default:
 		return hb, err, true, info
 	}

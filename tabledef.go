@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // TableAPI is the part of *dynamodb.Client that the table helpers use.
@@ -277,7 +278,7 @@ func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.Table
 	for {
 		out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
 		switch {
-		case err != nil && !isTableNotFound(err):
+		case err != nil && !wire.TableNotFound(err):
 			if ctx.Err() != nil {
 				return nil, &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName, Err: context.Cause(ctx)}
 			}
@@ -382,7 +383,7 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
 	existed := true
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		existed = false
 		if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
 			var inUse *types.ResourceInUseException
@@ -579,7 +580,7 @@ func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOpti
 		o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
 	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		return report, &Error{Code: CodeTableNotFound, Message: "table " + t.TableName +
 			" does not exist (create it with EnsureTable or CreateTable)", Err: err}
 	case err != nil:
