@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ddblock/ddblock/internal/wire"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
@@ -543,26 +540,12 @@ type sentHeartbeat struct {
 func (c *Client) sendHeartbeat(ctx context.Context, pk, sk, oldRVN string) (sentHeartbeat, error) {
 	now := c.clock.Now()
 	hb := sentHeartbeat{rvn: newRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
-	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
-	names := map[string]string{nameRVN: attrRVN, nameTTL: c.opts.TTLAttributeName}
-	values := map[string]types.AttributeValue{
-		valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
-		valueNew: &types.AttributeValueMemberS{Value: hb.rvn},
-		valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(hb.expiry)},
-	}
+	var stamp time.Time
 	if c.opts.MaxClockSkew > 0 {
-		update += ", " + nameStamp + " = " + valueStamp
-		names[nameStamp] = attrHeartbeatTime
-		values[valueStamp] = &types.AttributeValueMemberN{Value: formatEpochMillis(now)}
+		stamp = now
 	}
+	in := c.wire().Heartbeat(pk, sk, oldRVN, hb.rvn, hb.expiry, stamp)
 	hb.sent = c.clock.Monotonic()
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(c.opts.TableName),
-		Key:                       c.codec.key(pk, sk),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(condOwned),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
 	return hb, err
 }

@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ddblock/ddblock/internal/wire"
 	"golang.org/x/sync/errgroup"
 )
@@ -202,33 +199,13 @@ func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool)
 	if !c.opts.KeepReleasedItems && !counted {
 		return c.deleteItem(ctx, pk, sk, rvn)
 	}
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(pk, sk),
-		UpdateExpression:    aws.String("SET " + nameRel + " = " + valueRel + ", " + nameTTL + " = " + valueTTL),
-		ConditionExpression: aws.String(condOwned),
-		ExpressionAttributeNames: map[string]string{
-			nameRVN: attrRVN, nameRel: attrReleased, nameTTL: c.opts.TTLAttributeName,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: rvn},
-			valueRel: &types.AttributeValueMemberBOOL{Value: true},
-			valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(c.clock.Now().Add(c.opts.ExpiryPeriod))},
-		},
-	}, c.throttleWatch("UpdateItem")...)
+	in := c.wire().MarkReleased(pk, sk, rvn, c.clock.Now().Add(c.opts.ExpiryPeriod))
+	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
 	return err
 }
 
 func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
-	_, err := c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(c.opts.TableName),
-		Key:                      c.codec.key(pk, sk),
-		ConditionExpression:      aws.String(condOwned),
-		ExpressionAttributeNames: map[string]string{nameRVN: attrRVN},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: rvn},
-		},
-	}, c.throttleWatch("DeleteItem")...)
+	_, err := c.ddb.DeleteItem(ctx, c.wire().Delete(pk, sk, rvn), c.throttleWatch("DeleteItem")...)
 	return err
 }
 
