@@ -8,7 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ddblock/ddblock/internal/wire"
@@ -505,23 +504,14 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		info.FencingToken = max(now.UnixMicro(), 1)
 	}
 	var takenFrom *LockInfo
-	in := &dynamodb.PutItemInput{
-		TableName:                           aws.String(c.opts.TableName),
-		Item:                                c.codec.encode(info),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	var in *dynamodb.PutItemInput
 	if a.seen == nil {
-		in.ConditionExpression = aws.String(condNew)
-		in.ExpressionAttributeNames = map[string]string{namePK: c.opts.PartitionKeyName}
+		in = c.wire().PutNew(c.codec.encode(info), true)
 	} else {
 		if !a.seen.Released {
 			takenFrom = a.seen
 		}
-		in.ConditionExpression = aws.String(condOwned)
-		in.ExpressionAttributeNames = map[string]string{nameRVN: attrRVN}
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: a.seen.RecordVersionNumber},
-		}
+		in = c.wire().PutOver(c.codec.encode(info), a.seen.RecordVersionNumber, true)
 	}
 	fast := takenFrom != nil && a.fast
 	sent := c.clock.Monotonic()

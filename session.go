@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -211,12 +209,7 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		info.HeartbeatTime = now
 	}
 	sent := c.clock.Monotonic()
-	_, err := c.ddb.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(c.opts.TableName),
-		Item:                     c.codec.encode(info),
-		ConditionExpression:      aws.String(condNew),
-		ExpressionAttributeNames: map[string]string{namePK: c.opts.PartitionKeyName},
-	}, c.throttleWatch("PutItem")...)
+	_, err := c.ddb.PutItem(ctx, c.wire().PutNew(c.codec.encode(info), false), c.throttleWatch("PutItem")...)
 	if err != nil && wire.ConditionFailed(err) {
 		// The key is fresh and random: an item there is our own put,
 		// whose reply was lost and whose retry by the SDK then failed.
