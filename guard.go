@@ -33,10 +33,6 @@ import (
 // caller: DynamoDB's limit of 100 actions a transaction, less the guard.
 const MaxGuardedActions = 99
 
-// guardCondition is the ConditionCheck's expression: the item names this
-// owner and this tenure, and was not kept after a release.
-const guardCondition = "#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"
-
 // GuardedWriteError details a guarded write that DynamoDB cancelled or
 // whose outcome is unknown. It is the cause ([Error.Err]) of the *Error
 // that [Lock.GuardedWrite] returns; reach it with errors.As. It unwraps
@@ -112,20 +108,7 @@ func (l *Lock) Guard() (types.TransactWriteItem, error) {
 }
 
 func (l *Lock) guardCheck() *types.ConditionCheck {
-	c := l.client
-	return &types.ConditionCheck{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(l.pk, l.sk),
-		ConditionExpression: aws.String(guardCondition),
-		ExpressionAttributeNames: map[string]string{
-			"#own": attrOwnerName, "#ten": attrTenure, "#rel": attrReleased,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":own": &types.AttributeValueMemberS{Value: l.owner},
-			":ten": &types.AttributeValueMemberS{Value: l.tenure},
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	return l.client.wire().Guard(l.pk, l.sk, l.owner, l.tenure)
 }
 
 // guardable refuses a guard for a lock known not to be held.

@@ -51,6 +51,11 @@ const (
 	// kept by every heartbeat, so that it names one tenure of one holder
 	// (S). A guarded write is conditioned on it.
 	AttrTenure = "ddblock_tenure"
+	// AttrLeaderValue holds a leader's value in its election's lock item
+	// (S). It is an attribute like an application's own
+	// (python_dynamodb_lock keeps it through its heartbeats), with
+	// ddblock's prefix so that no application attribute is taken for it.
+	AttrLeaderValue = "ddblock_leader"
 )
 
 // IsLockAttribute reports whether name is one of the lock item's own
@@ -86,6 +91,9 @@ const (
 	CondNew = "attribute_not_exists(" + NamePK + ")"
 	// CondOwned: the item still carries the version number in ValueRVN.
 	CondOwned = NameRVN + " = " + ValueRVN
+	// CondGuard: the item names this owner and this tenure, and was not
+	// kept after a release.
+	CondGuard = "#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"
 )
 
 // Epoch writes t as whole epoch seconds, the TTL attribute's form.

@@ -122,3 +122,42 @@ func (t Table) PutOver(item map[string]types.AttributeValue, seenRVN string, ret
 	}
 	return in
 }
+
+// guardNames and guardValues are CondGuard's placeholders.
+func guardNames() map[string]string {
+	return map[string]string{"#own": AttrOwnerName, "#ten": AttrTenure, "#rel": AttrReleased}
+}
+
+func guardValues(owner, tenure string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{":own": str(owner), ":ten": str(tenure)}
+}
+
+// Guard is the ConditionCheck that holds while the item at (pk, sk)
+// names owner and tenure and was not kept after a release; it asks for
+// the item when it fails.
+func (t Table) Guard(pk, sk, owner, tenure string) *types.ConditionCheck {
+	return &types.ConditionCheck{
+		TableName:                           aws.String(t.Name),
+		Key:                                 t.Key(pk, sk),
+		ConditionExpression:                 aws.String(CondGuard),
+		ExpressionAttributeNames:            guardNames(),
+		ExpressionAttributeValues:           guardValues(owner, tenure),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// Proclaim writes an election's leader value into the lock item at
+// (pk, sk), on the guard's condition.
+func (t Table) Proclaim(pk, sk, owner, tenure, value string) *dynamodb.UpdateItemInput {
+	names, values := guardNames(), guardValues(owner, tenure)
+	names["#leader"] = AttrLeaderValue
+	values[":leader"] = str(value)
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(t.Name),
+		Key:                       t.Key(pk, sk),
+		UpdateExpression:          aws.String("SET #leader = :leader"),
+		ConditionExpression:       aws.String(CondGuard),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+}

@@ -114,6 +114,34 @@ func TestPut(t *testing.T) {
 	}, table.PutOver(item, "seen", true))
 }
 
+func TestGuard(t *testing.T) {
+	check(t, &types.ConditionCheck{
+		TableName:           aws.String("locks"),
+		Key:                 map[string]types.AttributeValue{"key": s("a"), "sort_key": s("b")},
+		ConditionExpression: aws.String("#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"),
+		ExpressionAttributeNames: map[string]string{
+			"#own": "owner_name", "#ten": "ddblock_tenure", "#rel": "ddblock_released",
+		},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":own": s("me"), ":ten": s("t1")},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, table.Guard("a", "b", "me", "t1"))
+}
+
+func TestProclaim(t *testing.T) {
+	check(t, &dynamodb.UpdateItemInput{
+		TableName:           aws.String("locks"),
+		Key:                 map[string]types.AttributeValue{"key": s("a"), "sort_key": s("b")},
+		UpdateExpression:    aws.String("SET #leader = :leader"),
+		ConditionExpression: aws.String("#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"),
+		ExpressionAttributeNames: map[string]string{
+			"#leader": "ddblock_leader", "#own": "owner_name", "#ten": "ddblock_tenure", "#rel": "ddblock_released",
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":leader": s("v"), ":own": s("me"), ":ten": s("t1"),
+		},
+	}, table.Proclaim("a", "b", "me", "t1", "v"))
+}
+
 func TestIsLockAttribute(t *testing.T) {
 	for _, name := range []string{AttrOwnerName, AttrLeaseDuration, AttrRVN, AttrFencingToken, AttrReleased,
 		AttrHeartbeatTime, AttrSession, AttrSessionLease, AttrIsSession, AttrTenure} {
