@@ -58,6 +58,28 @@ const (
 	AttrLeaderValue = "ddblock_leader"
 )
 
+// The attributes of the items that are not lock items: a semaphore's
+// metadata item and a fair-waiting line.
+const (
+	// AttrSemaphoreSlots holds N in a semaphore's metadata item (N).
+	AttrSemaphoreSlots = "ddblock_semaphore_slots"
+	// AttrSemaphoreResizes counts the resizes of a semaphore, absent
+	// until the first (N): the version a resize is conditioned on.
+	AttrSemaphoreResizes = "ddblock_semaphore_resizes"
+	// AttrSemaphoreSpan is how many slot indexes may be held while a
+	// shrink drains (N); absent otherwise.
+	AttrSemaphoreSpan = "ddblock_semaphore_span"
+	// AttrLine holds a line's tickets (L of M); AttrLineIDs the set of
+	// their ids (SS).
+	AttrLine    = "ddblock_line"
+	AttrLineIDs = "ddblock_line_ids"
+	// A ticket's fields.
+	TicketID    = "id"
+	TicketOwner = "owner"
+	TicketSince = "since_ms"
+	TicketGrace = "grace_ms"
+)
+
 // IsLockAttribute reports whether name is one of the lock item's own
 // attributes (the key and TTL names aside).
 func IsLockAttribute(name string) bool {

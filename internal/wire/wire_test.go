@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -201,4 +202,145 @@ func TestClassification(t *testing.T) {
 	if Transient(nil) || Throttled(nil) || ConditionFailed(nil) || NeverSent(nil) {
 		t.Error("a nil error classified as a failure")
 	}
+}
+
+func TestReads(t *testing.T) {
+	key := map[string]types.AttributeValue{"key": s("a"), "sort_key": s("b")}
+	start := map[string]types.AttributeValue{"key": s("z"), "sort_key": s("-")}
+	check(t, &dynamodb.GetItemInput{TableName: aws.String("locks"), Key: key, ConsistentRead: aws.Bool(true)},
+		table.Get("a", "b"))
+	check(t, &dynamodb.ScanInput{TableName: aws.String("locks"), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start},
+		table.Scan(start))
+	check(t, &dynamodb.ScanInput{
+		TableName:                aws.String("locks"),
+		ConsistentRead:           aws.Bool(true),
+		FilterExpression:         aws.String("attribute_exists(#slots) AND attribute_not_exists(#rvn)"),
+		ExpressionAttributeNames: map[string]string{"#slots": "ddblock_semaphore_slots", "#rvn": "record_version_number"},
+		ExclusiveStartKey:        start,
+	}, table.ScanSemaphores(start))
+	check(t, &dynamodb.QueryInput{
+		TableName:                 aws.String("locks"),
+		ConsistentRead:            aws.Bool(true),
+		KeyConditionExpression:    aws.String("#pk = :name"),
+		ExpressionAttributeNames:  map[string]string{"#pk": "key"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":name": s("sem")},
+		ExclusiveStartKey:         start,
+	}, table.Query("sem", start))
+}
+
+// ListPartition sends what the SDK's expression builder makes of the
+// same key condition, as the client did before it was written out.
+func TestListPartitionIsTheBuilders(t *testing.T) {
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key("key").Equal(expression.Value("a"))).
+		Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := map[string]types.AttributeValue{"key": s("a"), "sort_key": s("m")}
+	check(t, &dynamodb.QueryInput{
+		TableName:                 aws.String("locks"),
+		ConsistentRead:            aws.Bool(true),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ExclusiveStartKey:         start,
+	}, table.ListPartition("a", start))
+}
+
+func TestSemaphoreMeta(t *testing.T) {
+	key := map[string]types.AttributeValue{"key": s("sem"), "sort_key": s("slots")}
+	withKey := func(kv ...any) map[string]types.AttributeValue {
+		m := map[string]types.AttributeValue{"key": s("sem"), "sort_key": s("slots")}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1].(types.AttributeValue)
+		}
+		return m
+	}
+	check(t, &dynamodb.PutItemInput{
+		TableName:                           aws.String("locks"),
+		Item:                                withKey("ddblock_semaphore_slots", n("3")),
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames:            map[string]string{"#pk": "key"},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, table.CreateSemaphoreMeta("sem", "slots", 3))
+
+	// No item yet.
+	check(t, &dynamodb.PutItemInput{
+		TableName:                aws.String("locks"),
+		Item:                     withKey("ddblock_semaphore_slots", n("4"), "ddblock_semaphore_resizes", n("1")),
+		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames: map[string]string{"#pk": "key"},
+	}, table.ResizeSemaphore("sem", "slots", nil, SemaphoreMeta{Slots: 4, Resizes: 1}))
+	// Never resized: a shrink that drains.
+	check(t, &dynamodb.PutItemInput{
+		TableName: aws.String("locks"),
+		Item: withKey("ddblock_semaphore_slots", n("2"), "ddblock_semaphore_resizes", n("1"),
+			"ddblock_semaphore_span", n("5")),
+		ConditionExpression:       aws.String("#slots = :slots AND attribute_not_exists(#resizes)"),
+		ExpressionAttributeNames:  map[string]string{"#slots": "ddblock_semaphore_slots", "#resizes": "ddblock_semaphore_resizes"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":slots": n("5")},
+	}, table.ResizeSemaphore("sem", "slots", &SemaphoreMeta{Slots: 5}, SemaphoreMeta{Slots: 2, Resizes: 1, Span: 5}))
+	// Resized before.
+	check(t, &dynamodb.PutItemInput{
+		TableName:                 aws.String("locks"),
+		Item:                      withKey("ddblock_semaphore_slots", n("6"), "ddblock_semaphore_resizes", n("3")),
+		ConditionExpression:       aws.String("#slots = :slots AND #resizes = :resizes"),
+		ExpressionAttributeNames:  map[string]string{"#slots": "ddblock_semaphore_slots", "#resizes": "ddblock_semaphore_resizes"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":slots": n("2"), ":resizes": n("2")},
+	}, table.ResizeSemaphore("sem", "slots", &SemaphoreMeta{Slots: 2, Resizes: 2}, SemaphoreMeta{Slots: 6, Resizes: 3}))
+
+	check(t, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String("locks"),
+		Key:                       key,
+		UpdateExpression:          aws.String("REMOVE #span"),
+		ConditionExpression:       aws.String("#resizes = :resizes"),
+		ExpressionAttributeNames:  map[string]string{"#span": "ddblock_semaphore_span", "#resizes": "ddblock_semaphore_resizes"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":resizes": n("3")},
+	}, table.DropSemaphoreSpan("sem", "slots", 3))
+}
+
+func TestLine(t *testing.T) {
+	key := map[string]types.AttributeValue{"key": s("ddblock_line#k"), "sort_key": s("-")}
+	ticket := Ticket{ID: "t1", Owner: "me", Since: time.UnixMilli(1234), Grace: 1500 * time.Millisecond}
+	check(t, &dynamodb.UpdateItemInput{
+		TableName:           aws.String("locks"),
+		Key:                 key,
+		UpdateExpression:    aws.String("SET #l = list_append(if_not_exists(#l, :empty), :t), #ttl = :ttl ADD #ids :idset"),
+		ConditionExpression: aws.String("(attribute_not_exists(#ids) OR NOT contains(#ids, :id)) AND (attribute_not_exists(#l) OR size(#l) < :max)"),
+		ExpressionAttributeNames: map[string]string{
+			"#l": "ddblock_line", "#ids": "ddblock_line_ids", "#ttl": "expiry_time",
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+			":t": &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				"id": s("t1"), "owner": s("me"), "since_ms": n("1234"), "grace_ms": n("1500"),
+			}}}},
+			":ttl":   n("1700000000"),
+			":idset": &types.AttributeValueMemberSS{Value: []string{"t1"}},
+			":id":    s("t1"),
+			":max":   n("500"),
+		},
+		ReturnValues: types.ReturnValueAllNew,
+	}, table.Enqueue("ddblock_line#k", "-", ticket, 500, expiry))
+	check(t, &dynamodb.DeleteItemInput{
+		TableName:                aws.String("locks"),
+		Key:                      key,
+		ConditionExpression:      aws.String("size(#l) = :one AND #l[0].#i = :id"),
+		ExpressionAttributeNames: map[string]string{"#l": "ddblock_line", "#i": "id"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": n("1"), ":id": s("t1"),
+		},
+	}, table.DeleteLine("ddblock_line#k", "-", "t1"))
+	check(t, &dynamodb.UpdateItemInput{
+		TableName:                aws.String("locks"),
+		Key:                      key,
+		UpdateExpression:         aws.String("REMOVE #l[3] DELETE #ids :idset"),
+		ConditionExpression:      aws.String("#l[3].#i = :id"),
+		ExpressionAttributeNames: map[string]string{"#l": "ddblock_line", "#ids": "ddblock_line_ids", "#i": "id"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":idset": &types.AttributeValueMemberSS{Value: []string{"t1"}},
+			":id":    s("t1"),
+		},
+	}, table.Dequeue("ddblock_line#k", "-", "t1", 3))
 }
