@@ -344,3 +344,32 @@ func TestLine(t *testing.T) {
 		},
 	}, table.Dequeue("ddblock_line#k", "-", "t1", 3))
 }
+
+func TestTableRequests(t *testing.T) {
+	check(t, &dynamodb.CreateTableInput{
+		TableName: aws.String("locks"),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("key"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sort_key"), KeyType: types.KeyTypeRange},
+		},
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("key"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sort_key"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		BillingMode:           types.BillingModeProvisioned,
+		ProvisionedThroughput: &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(7)},
+	}, table.CreateTable(&Capacity{Read: 5, Write: 7}))
+	pkOnly := Table{Name: "locks", PK: "id", TTL: "ttl"}
+	check(t, &dynamodb.CreateTableInput{
+		TableName:            aws.String("locks"),
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}, pkOnly.CreateTable(nil))
+	check(t, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String("locks"),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("expiry_time"), Enabled: aws.Bool(true)},
+	}, table.EnableTTL())
+	check(t, &dynamodb.DescribeTableInput{TableName: aws.String("locks")}, table.DescribeTable())
+	check(t, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String("locks")}, table.DescribeTTL())
+}
