@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -519,8 +518,8 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	if err == nil {
 		return a.won(info, sess, sent, takenFrom, fast)
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
+	failedOn, failed := wire.FailedItem(err)
+	if !failed {
 		if wire.OutcomeUnknown(err) {
 			// The put may have landed (a lost reply, a cancel in flight):
 			// take back what we may have written, so that nobody waits a
@@ -534,8 +533,8 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	// ReturnValuesOnConditionCheckFailure hand us the item; others make
 	// us read it.
 	var current *LockInfo
-	if ccf.Item != nil {
-		if current, err = c.codec.decode(ccf.Item); err != nil {
+	if failedOn != nil {
+		if current, err = c.codec.decode(failedOn); err != nil {
 			return nil, err
 		}
 	} else if current, err = c.readItem(ctx, a.pk, a.opts.SortKey); err != nil {

@@ -279,11 +279,10 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 // DynamoDB Local do not.)
 func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
-	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && len(canceled.CancellationReasons) > 0 {
-		guard := canceled.CancellationReasons[0]
+	if reasons, ok := wire.CancellationReasons(err); ok {
+		guard := reasons[0]
 		gw.GuardReason = &guard
-		gw.Reasons = canceled.CancellationReasons[1:]
+		gw.Reasons = reasons[1:]
 		if aws.ToString(guard.Code) == "ConditionalCheckFailed" {
 			l.guardFailed(guard.Item, err)
 			return l.lockError(CodeLockNotHeld, "the lock item no longer names this tenure: nothing was written", gw)
@@ -301,7 +300,7 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 		if conflict {
 			return l.lockError(CodeTransactionConflict, "another write to one of its items was under way: nothing was written; retry after a short back-off", gw)
 		}
-		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(canceled.CancellationReasons[1:]), gw)
+		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(reasons[1:]), gw)
 	}
 	var conflict *types.TransactionConflictException
 	if errors.As(err, &conflict) {

@@ -585,12 +585,12 @@ func (s *Semaphore) createMeta(ctx context.Context) (*semaphoreMeta, error) {
 	if err == nil {
 		return &semaphoreMeta{slots: s.asked, span: s.asked}, nil
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
+	failedOn, failed := wire.FailedItem(err)
+	if !failed {
 		return nil, err
 	}
-	if ccf.Item != nil {
-		m, err := s.parseMeta(ccf.Item)
+	if failedOn != nil {
+		m, err := s.parseMeta(failedOn)
 		return &m, err
 	}
 	// dynalite does not return the item that failed the condition.

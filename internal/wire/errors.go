@@ -89,3 +89,25 @@ func UnsupportedOperation(err error) bool {
 	}
 	return false
 }
+
+// FailedItem reports whether a write was refused by its condition, and
+// returns the item that failed it when the server sent it back (asked
+// with ReturnValuesOnConditionCheckFailure; dynalite never sends it).
+func FailedItem(err error) (item map[string]types.AttributeValue, failed bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, false
+	}
+	return ccf.Item, true
+}
+
+// CancellationReasons returns the reasons, one per action, of a
+// cancelled transaction; false when err is no cancellation or carries
+// no reasons.
+func CancellationReasons(err error) ([]types.CancellationReason, bool) {
+	var canceled *types.TransactionCanceledException
+	if !errors.As(err, &canceled) || len(canceled.CancellationReasons) == 0 {
+		return nil, false
+	}
+	return canceled.CancellationReasons, true
+}

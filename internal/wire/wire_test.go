@@ -373,3 +373,23 @@ func TestTableRequests(t *testing.T) {
 	check(t, &dynamodb.DescribeTableInput{TableName: aws.String("locks")}, table.DescribeTable())
 	check(t, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String("locks")}, table.DescribeTTL())
 }
+
+func TestFailedItemAndReasons(t *testing.T) {
+	item := map[string]types.AttributeValue{"key": s("a")}
+	if got, ok := FailedItem(fmt.Errorf("put: %w", &types.ConditionalCheckFailedException{Item: item})); !ok || len(got) != 1 {
+		t.Errorf("FailedItem = %v, %v; want the item, true", got, ok)
+	}
+	if got, ok := FailedItem(&types.ConditionalCheckFailedException{}); !ok || got != nil {
+		t.Errorf("FailedItem without item = %v, %v; want nil, true", got, ok)
+	}
+	if _, ok := FailedItem(&types.ResourceNotFoundException{}); ok {
+		t.Error("FailedItem took another error for a failed condition")
+	}
+	reasons := []types.CancellationReason{{Code: aws.String("ConditionalCheckFailed")}, {Code: aws.String("None")}}
+	if got, ok := CancellationReasons(&types.TransactionCanceledException{CancellationReasons: reasons}); !ok || len(got) != 2 {
+		t.Errorf("CancellationReasons = %v, %v; want both, true", got, ok)
+	}
+	if _, ok := CancellationReasons(&types.TransactionCanceledException{}); ok {
+		t.Error("a cancellation without reasons gave reasons")
+	}
+}
