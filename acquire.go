@@ -571,7 +571,7 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 		takenFrom:     takenFrom,
 		callback:      a.opts.Callback,
 		status:        StatusLocked,
-		rvn:           info.RecordVersionNumber,
+		hb:            hbState{rvn: info.RecordVersionNumber},
 		expiry:        info.ExpiryTime,
 		lastHeartbeat: sent,
 		session:       sess,

@@ -78,7 +78,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	}
 	l.status = StatusReleased
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
-	inflight := l.hbDone
+	inflight := l.hb.inFlight()
 	l.mu.Unlock()
 	// Marking the lock released has just cancelled the contexts made from
 	// it (Lock.Context, WithLock's, an election's): ctx may be one of
@@ -96,7 +96,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 		}
 	}
 	l.mu.Lock()
-	rvn, unknown := l.rvn, slices.Clone(l.unknownRVNs)
+	rvn, unknown := l.hb.versions()
 	l.mu.Unlock()
 	err = c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
 	if err != nil && wire.ConditionFailed(err) {

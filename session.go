@@ -110,14 +110,12 @@ type session struct {
 	// and the danger is logged once for the session, not once per lock.
 	inDanger atomic.Bool
 
-	mu          sync.Mutex
-	rvn         string
-	unknownRVNs []string // written by heartbeats whose outcome is unknown
-	hbDone      chan struct{}
-	ended       bool
-	locks       map[*Lock]struct{}
-	leftovers   []leftover // lock items to give back again
-	retrying    bool       // a retry of the leftovers is under way
+	mu        sync.Mutex
+	hb        hbState // the item's version numbers and the heartbeat in flight
+	ended     bool
+	locks     map[*Lock]struct{}
+	leftovers []leftover // lock items to give back again
+	retrying  bool       // a retry of the leftovers is under way
 }
 
 // leftover is a lock item of the session that the client no longer
@@ -219,12 +217,12 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 	}
 	if err != nil {
 		if wire.OutcomeUnknown(err) || wire.ConditionFailed(err) {
-			s.rvn = info.RecordVersionNumber
+			s.hb.rvn = info.RecordVersionNumber
 			s.deleteItem(context.WithoutCancel(ctx))
 		}
 		return nil, err
 	}
-	s.rvn = info.RecordVersionNumber
+	s.hb.rvn = info.RecordVersionNumber
 	s.lastGood.Store(int64(sent))
 	c.mu.Lock()
 	if c.closed {
@@ -329,9 +327,7 @@ func (s *session) prepareHeartbeat() func() time.Duration {
 	if s.ended {
 		return nil
 	}
-	done := make(chan struct{})
-	s.hbDone = done
-	oldRVN, unknown := s.rvn, slices.Clone(s.unknownRVNs)
+	oldRVN, unknown, done := s.hb.start()
 	return func() time.Duration {
 		defer close(done)
 		s.heartbeat(oldRVN, unknown)
@@ -350,11 +346,10 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 	reply := c.clock.Monotonic()
 	c.opts.Metrics.HeartbeatFinished(hb.sent-last, s.lease, err)
 	s.mu.Lock()
-	s.hbDone = nil
+	s.hb.finish() // closed by prepareHeartbeat's call once this returns
 	switch {
 	case err == nil:
-		s.rvn = hb.rvn
-		s.unknownRVNs = s.unknownRVNs[:0]
+		s.hb.landed(hb.rvn)
 		s.mu.Unlock()
 		c.stats.heartbeatsSent.Add(1)
 		if reply-last >= s.lease {
@@ -376,12 +371,7 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 		}
 		s.end(why, false)
 	default:
-		if wire.OutcomeUnknown(err) {
-			if len(s.unknownRVNs) == maxUnknownHeartbeats {
-				s.unknownRVNs = append(s.unknownRVNs[:0], s.unknownRVNs[1:]...)
-			}
-			s.unknownRVNs = append(s.unknownRVNs, hb.rvn)
-		}
+		s.hb.failed(hb.rvn, err)
 		s.mu.Unlock()
 		c.stats.heartbeatsFailed.Add(1)
 		c.log.Warn("ddblock: session heartbeat failed", "session", s.pk, "err", err)
@@ -496,7 +486,8 @@ func (s *session) deleteItem(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	s.mu.Lock()
-	versions := append([]string{s.rvn}, s.unknownRVNs...)
+	rvn, unknown := s.hb.versions()
+	versions := append([]string{rvn}, unknown...)
 	s.mu.Unlock()
 	for _, rvn := range versions {
 		err := c.deleteItem(ctx, s.pk, s.sk, rvn)
