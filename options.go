@@ -644,7 +644,7 @@ type AcquireOptions struct {
 	// exclusion is never at stake. It costs a write to come into the
 	// line and one to leave it, and one read of the line per retry
 	// period. TryAcquireLock and TryAcquire ignore it. Default false.
-	// See [WithFairWaiting] and doc/fair-waiting.md.
+	// See [WithFairWaiting] and doc/waiting.md.
 	FairWaiting bool
 }
 

@@ -55,7 +55,7 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 }
 
 // TestFairSoak is the long run with fair waiters, recorded in
-// doc/fair-waiting.md:
+// doc/waiting.md:
 //
 //	go test ./reliability_test -run TestFairSoak -soak=5m -v -timeout 0
 func TestFairSoak(t *testing.T) {

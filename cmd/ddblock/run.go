@@ -44,7 +44,7 @@ lock goes to the one that came first. Waiters that do not wait in line
 (runs without --fair, Python clients) may still take it ahead of the line;
 two holders at once are never possible. A waiter killed or paused while
 first in line loses its place after a few retry periods. 'ddblock ls'
-shows how many wait in line. See doc/fair-waiting.md.
+shows how many wait in line. See doc/waiting.md.
 
 With --session, the lock (or slot) is attached to a session item of its
 own (partition key ddblock_session#<random>): the lock item is written
