@@ -1,11 +1,9 @@
 package reliability
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -200,7 +197,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	for i := range cfg.Workers {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
-		w := &workerSlot{c: c, name: fmt.Sprintf("w%d", i), proxy: p, flavour: i}
+		w := &workerSlot{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
 		c.workers = append(c.workers, w)
 		w.start()
 	}
@@ -443,7 +440,7 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 		w := c.workers[rng.IntN(len(c.workers))]
 		// Strike while the worker works under a lock, at a random point
 		// of its tenure, when it does so within a second.
-		if w.waitHolding(ctx, time.Second) {
+		if w.waitOpen(ctx, time.Second) {
 			time.Sleep(between(rng, 0, 30*time.Millisecond))
 		}
 		if n%3 == 1 && !c.cfg.PausesOnly {
@@ -577,20 +574,11 @@ func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
 // workerSlot is one worker process position; a killed worker is
 // replaced by a new incarnation in the same slot, behind the same proxy.
 type workerSlot struct {
+	workerProc
 	c       *chaos
-	name    string
 	proxy   *faultproxy.Proxy
 	flavour int
 	inc     int
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	stdout   *bytes.Buffer
-	stderr   *bytes.Buffer
-	exited   chan struct{}
-	expected *atomic.Bool // set before we end the process on purpose
-	tail     *logTail
 }
 
 func (w *workerSlot) start() {
@@ -600,7 +588,6 @@ func (w *workerSlot) start() {
 	cfg := w.c.cfg
 	id := fmt.Sprintf("%s.%d", w.name, w.inc)
 	logPath := filepath.Join(w.c.dir, id+".log")
-	w.tail = &logTail{path: logPath, open: map[string]bool{}}
 	cmd := exec.Command(w.c.bin,
 		"-endpoint", w.proxy.URL(),
 		"-table", w.c.env.table,
@@ -623,162 +610,20 @@ func (w *workerSlot) start() {
 		fmt.Sprintf("-fair=%v", cfg.Fair),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		w.c.problem("worker %s: %v", id, err)
-		return
-	}
-	stdout, stderr := &bytes.Buffer{}, &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		w.c.problem("starting worker %s: %v", id, err)
-		return
-	}
-	exited := make(chan struct{})
-	expected := new(atomic.Bool)
-	w.cmd, w.stdin, w.stdout, w.stderr, w.exited, w.expected = cmd, stdin, stdout, stderr, exited, expected
-	go func() {
-		err := cmd.Wait()
-		if !expected.Load() {
-			w.c.problem("worker %s exited on its own: %v\n%s", id, err, stderr.String())
-		}
-		close(exited)
-	}()
-}
-
-// waitHolding follows the current incarnation's event log until it shows
-// a tenure in progress, for at most limit; false when none showed.
-func (w *workerSlot) waitHolding(ctx context.Context, limit time.Duration) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd == nil {
-		return false
-	}
-	deadline := time.Now().Add(limit)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if w.tail.holding() {
-			return true
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return false
-}
-
-// logTail reads a growing event log and tracks the tenures in progress.
-type logTail struct {
-	path    string
-	offset  int64
-	partial []byte
-	open    map[string]bool
-}
-
-func (lt *logTail) holding() bool {
-	f, err := os.Open(lt.path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, _ := f.ReadAt(buf, lt.offset)
-		if n == 0 {
-			break
-		}
-		lt.offset += int64(n)
-		lt.partial = append(lt.partial, buf[:n]...)
-	}
-	last := bytes.LastIndexByte(lt.partial, '\n')
-	if last >= 0 {
-		events, _ := mutexcheck.Parse(bytes.NewReader(lt.partial[:last+1]))
-		lt.partial = append([]byte(nil), lt.partial[last+1:]...)
-		for _, ev := range events {
-			switch ev.Kind {
-			case mutexcheck.Acquired:
-				lt.open[ev.Tenure] = true
-			case mutexcheck.Ended:
-				delete(lt.open, ev.Tenure)
-			}
-		}
-	}
-	return len(lt.open) > 0
-}
-
-// kill sends SIGKILL and waits for the process to go.
-func (w *workerSlot) kill() {
-	w.mu.Lock()
-	cmd, exited, expected := w.cmd, w.exited, w.expected
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	expected.Store(true)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
-}
-
-// pause stops the process for d, then lets it go on.
-func (w *workerSlot) pause(d time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd == nil {
-		return
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		w.c.problem("SIGSTOP %s: %v", w.name, err)
-		return
-	}
-	time.Sleep(d)
-	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		w.c.problem("SIGCONT %s: %v", w.name, err)
-	}
+	w.launchLocked(id, cmd, newEventTail(logPath, tenures))
 }
 
 // stop asks the worker to finish (by closing its stdin), waits for it,
 // and adds its counters.
 func (w *workerSlot) stop() {
-	w.mu.Lock()
-	cmd, stdin, exited, expected, stdout := w.cmd, w.stdin, w.exited, w.expected, w.stdout
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	expected.Store(true)
-	_ = stdin.Close()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		w.c.problem("worker %s did not stop within 30s of its stdin closing", w.name)
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-exited
-		return
-	}
-	if !cmd.ProcessState.Success() {
-		w.c.problem("worker %s stopped with %v: %s", w.name, cmd.ProcessState, w.stderr.String())
+	out, ok := w.finish(30 * time.Second)
+	if !ok {
 		return
 	}
 	var res struct{ Stats ddblock.Stats }
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		w.c.problem("worker %s printed %q: %v", w.name, stdout.String(), err)
+	if err := json.Unmarshal(out, &res); err != nil {
+		w.c.problem("worker %s printed %q: %v", w.name, out, err)
 		return
 	}
 	w.c.addStats(res.Stats)
-}
-
-// killNow is the test's last resort: no worker outlives it.
-func (w *workerSlot) killNow() {
-	w.mu.Lock()
-	cmd, exited, expected := w.cmd, w.exited, w.expected
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	expected.Store(true)
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
 }

@@ -1,11 +1,9 @@
 package reliability
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -16,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,7 +218,7 @@ func runLost(t *testing.T, cfg lostConfig) lostResult {
 	for i := range cfg.Workers {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
-		w := &counterWorker{c: c, name: fmt.Sprintf("w%d", i), proxy: p, flavour: i}
+		w := &counterWorker{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
 		c.workers = append(c.workers, w)
 		w.start()
 	}
@@ -438,7 +435,7 @@ func (c *lostRun) disturbWorkers(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
 	for n := 0; sleep(ctx, around(rng, c.cfg.ProcEvery)); n++ {
 		w := c.workers[rng.IntN(len(c.workers))]
-		aimed := w.waitWriting(ctx, time.Second)
+		aimed := w.waitOpen(ctx, time.Second)
 		if n%3 == 1 {
 			w.kill()
 			c.kills.Add(1)
@@ -461,19 +458,11 @@ func (c *lostRun) disturbWorkers(ctx context.Context) {
 // counterWorker is one worker process position of the lost-update run;
 // a killed worker is replaced in the same slot, behind the same proxy.
 type counterWorker struct {
+	workerProc
 	c       *lostRun
-	name    string
 	proxy   *faultproxy.Proxy
 	flavour int
 	inc     int
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	stderr   *bytes.Buffer
-	exited   chan struct{}
-	expected *atomic.Bool
-	tail     *writeTail
 }
 
 func (w *counterWorker) start() {
@@ -484,7 +473,6 @@ func (w *counterWorker) start() {
 	cfg := w.c.cfg
 	id := fmt.Sprintf("%s.%d", w.name, w.inc)
 	logPath := filepath.Join(w.c.dir, id+".log")
-	w.tail = &writeTail{path: logPath, pending: map[string]bool{}}
 	cmd := exec.Command(w.c.bin,
 		"-endpoint", w.proxy.URL(),
 		"-table", w.c.env.table,
@@ -506,153 +494,11 @@ func (w *counterWorker) start() {
 		"-inc-min", fmt.Sprint(cfg.IncMin), "-inc-max", fmt.Sprint(cfg.IncMax),
 		"-stall-share", fmt.Sprint(cfg.WorkerStallShare), "-stall", cfg.WorkerStall.String(),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		w.c.problem("worker %s: %v", id, err)
-		return
-	}
-	stderr := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	if err := cmd.Start(); err != nil {
-		w.c.problem("starting worker %s: %v", id, err)
-		return
-	}
-	exited := make(chan struct{})
-	expected := new(atomic.Bool)
-	w.cmd, w.stdin, w.stderr, w.exited, w.expected = cmd, stdin, stderr, exited, expected
-	go func() {
-		err := cmd.Wait()
-		if !expected.Load() {
-			w.c.problem("worker %s exited on its own: %v\n%s", id, err, stderr.String())
-		}
-		close(exited)
-	}()
-}
-
-// waitWriting follows the current incarnation's log until it shows a
-// write under way (logged, no outcome yet), for at most limit.
-func (w *counterWorker) waitWriting(ctx context.Context, limit time.Duration) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd == nil {
-		return false
-	}
-	deadline := time.Now().Add(limit)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if w.tail.writing() {
-			return true
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return false
-}
-
-// writeTail reads a growing event log and tracks the writes under way.
-type writeTail struct {
-	path    string
-	offset  int64
-	partial []byte
-	pending map[string]bool
-}
-
-func (wt *writeTail) writing() bool {
-	f, err := os.Open(wt.path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, _ := f.ReadAt(buf, wt.offset)
-		if n == 0 {
-			break
-		}
-		wt.offset += int64(n)
-		wt.partial = append(wt.partial, buf[:n]...)
-	}
-	if last := bytes.LastIndexByte(wt.partial, '\n'); last >= 0 {
-		events, _ := mutexcheck.Parse(bytes.NewReader(wt.partial[:last+1]))
-		wt.partial = append([]byte(nil), wt.partial[last+1:]...)
-		for _, ev := range events {
-			switch ev.Kind {
-			case mutexcheck.Write:
-				wt.pending[ev.Note] = true
-			case mutexcheck.Incremented, mutexcheck.NotApplied:
-				delete(wt.pending, ev.Note)
-			}
-		}
-	}
-	return len(wt.pending) > 0
-}
-
-func (w *counterWorker) kill() {
-	w.mu.Lock()
-	cmd, exited, expected := w.cmd, w.exited, w.expected
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	expected.Store(true)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
-}
-
-func (w *counterWorker) pause(d time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd == nil {
-		return
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		w.c.problem("SIGSTOP %s: %v", w.name, err)
-		return
-	}
-	time.Sleep(d)
-	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		w.c.problem("SIGCONT %s: %v", w.name, err)
-	}
+	w.launchLocked(id, cmd, newEventTail(logPath, writesUnderWay))
 }
 
 // stop closes the worker's stdin and waits for it to finish cleanly.
-func (w *counterWorker) stop() {
-	w.mu.Lock()
-	cmd, stdin, exited, expected := w.cmd, w.stdin, w.exited, w.expected
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	expected.Store(true)
-	_ = stdin.Close()
-	select {
-	case <-exited:
-	case <-time.After(60 * time.Second):
-		w.c.problem("worker %s did not stop within 60s of its stdin closing", w.name)
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-exited
-		return
-	}
-	if !cmd.ProcessState.Success() {
-		w.c.problem("worker %s stopped with %v: %s", w.name, cmd.ProcessState, w.stderr.String())
-	}
-}
-
-func (w *counterWorker) killNow() {
-	w.mu.Lock()
-	cmd, exited, expected := w.cmd, w.exited, w.expected
-	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	expected.Store(true)
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
-}
+func (w *counterWorker) stop() { w.finish(60 * time.Second) }
 
 // TestLostUpdates is the proof by lost updates, in CI's short run (about
 // ten seconds a variant) and as a soak with -soak:
