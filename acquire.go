@@ -8,10 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // DynamoDB's limits on key values.
@@ -505,23 +503,14 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		info.FencingToken = max(now.UnixMicro(), 1)
 	}
 	var takenFrom *LockInfo
-	in := &dynamodb.PutItemInput{
-		TableName:                           aws.String(c.opts.TableName),
-		Item:                                c.codec.encode(info),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	var in *dynamodb.PutItemInput
 	if a.seen == nil {
-		in.ConditionExpression = aws.String(condNew)
-		in.ExpressionAttributeNames = map[string]string{namePK: c.opts.PartitionKeyName}
+		in = c.wire().PutNew(c.codec.encode(info), true)
 	} else {
 		if !a.seen.Released {
 			takenFrom = a.seen
 		}
-		in.ConditionExpression = aws.String(condOwned)
-		in.ExpressionAttributeNames = map[string]string{nameRVN: attrRVN}
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: a.seen.RecordVersionNumber},
-		}
+		in = c.wire().PutOver(c.codec.encode(info), a.seen.RecordVersionNumber, true)
 	}
 	fast := takenFrom != nil && a.fast
 	sent := c.clock.Monotonic()
@@ -529,9 +518,9 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	if err == nil {
 		return a.won(info, sess, sent, takenFrom, fast)
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
-		if outcomeUnknown(err) {
+	failedOn, failed := wire.FailedItem(err)
+	if !failed {
+		if wire.OutcomeUnknown(err) {
 			// The put may have landed (a lost reply, a cancel in flight):
 			// take back what we may have written, so that nobody waits a
 			// lease on a lock that nobody holds. A put that never left
@@ -544,8 +533,8 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	// ReturnValuesOnConditionCheckFailure hand us the item; others make
 	// us read it.
 	var current *LockInfo
-	if ccf.Item != nil {
-		if current, err = c.codec.decode(ccf.Item); err != nil {
+	if failedOn != nil {
+		if current, err = c.codec.decode(failedOn); err != nil {
 			return nil, err
 		}
 	} else if current, err = c.readItem(ctx, a.pk, a.opts.SortKey); err != nil {
@@ -582,7 +571,7 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 		takenFrom:     takenFrom,
 		callback:      a.opts.Callback,
 		status:        StatusLocked,
-		rvn:           info.RecordVersionNumber,
+		hb:            hbState{rvn: info.RecordVersionNumber},
 		expiry:        info.ExpiryTime,
 		lastHeartbeat: sent,
 		session:       sess,
@@ -621,7 +610,7 @@ func (c *Client) deleteDeadSession(pk string) {
 	switch {
 	case err == nil:
 		c.log.Info("ddblock: deleted the item of a session presumed dead", "session", pk)
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		// Heartbeated after all (its holder then counts its locks lost),
 		// or deleted by someone else.
 	default:
@@ -638,7 +627,7 @@ func (c *Client) deleteIfOurs(info *LockInfo, sess *session) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
 	counted := info.FencingToken > 0
-	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, counted); err != nil && !isConditionFailed(err) {
+	if err := c.giveBack(ctx, info.PartitionKey, info.SortKey, info.RecordVersionNumber, counted); err != nil && !wire.ConditionFailed(err) {
 		c.log.Warn("ddblock: could not remove an abandoned acquire", "key", info.PartitionKey, "sort_key", info.SortKey, "err", err)
 		if sess != nil {
 			sess.leave(leftover{pk: info.PartitionKey, sk: info.SortKey, rvn: info.RecordVersionNumber, counted: counted})
@@ -675,7 +664,7 @@ func transient(err error) bool {
 	if !errors.As(err, &lerr) || lerr.Code != CodeUnknown || lerr.Err == nil {
 		return false
 	}
-	return retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(lerr.Err) == aws.TrueTernary
+	return wire.Transient(lerr.Err)
 }
 
 // callError classifies a failed DynamoDB call made while acquiring.

@@ -24,6 +24,7 @@ import (
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
 	"github.com/ddblock/ddblock/internal/testserver"
+	wirepkg "github.com/ddblock/ddblock/internal/wire"
 )
 
 // benchTable creates a lock table of the default shape for one benchmark
@@ -140,22 +141,16 @@ func benchKey(pk string) map[string]types.AttributeValue {
 	}
 }
 
-// handWritten is exactly the request ddblock's heartbeat sends (see
-// Client.heartbeat in heartbeater.go): the condition and the update
+// handWritten is exactly the request ddblock's heartbeat sends, as
+// internal/wire builds it for the client: the condition and the update
 // written out, with fixed placeholders.
 func handWritten(table, pk, old, next string) (*dynamodb.UpdateItemInput, error) {
-	return &dynamodb.UpdateItemInput{
-		TableName:                aws.String(table),
-		Key:                      benchKey(pk),
-		UpdateExpression:         aws.String("SET #rvn = :new, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#rvn = :rvn"),
-		ExpressionAttributeNames: map[string]string{"#rvn": "record_version_number", "#ttl": ddblock.DefaultTTLAttributeName},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":rvn": &types.AttributeValueMemberS{Value: old},
-			":new": &types.AttributeValueMemberS{Value: next},
-			":ttl": &types.AttributeValueMemberN{Value: benchExpiry()},
-		},
-	}, nil
+	return benchWire(table).Heartbeat(pk, ddblock.DefaultSortKey, old, next, time.Now().Add(time.Hour), time.Time{}), nil
+}
+
+// benchWire is a table under the default attribute names.
+func benchWire(name string) wirepkg.Table {
+	return wirepkg.Table{Name: name, PK: ddblock.DefaultPartitionKeyName, SK: ddblock.DefaultSortKeyName, TTL: ddblock.DefaultTTLAttributeName}
 }
 
 // built is the same heartbeat made by the SDK's expression builder, once

@@ -9,16 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
-// attrLeaderValue holds a leader's value in its election's lock item. It
-// is an attribute like an application's own (python_dynamodb_lock keeps
-// it through its heartbeats), with ddblock's prefix so that no
-// application attribute is taken for it.
-const attrLeaderValue = "ddblock_leader"
+// attrLeaderValue holds a leader's value in its election's lock item
+// (see internal/wire).
+const attrLeaderValue = wire.AttrLeaderValue
 
 // DefaultElectionRetryPeriod is how often, by default, a waiting
 // candidate reads the leader's lock item (see [ElectionOptions]).
@@ -206,7 +203,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		l.value = value
 		l.mu.Unlock()
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		if lerr := lk.Err(); lerr != nil {
 			return lerr
 		}
@@ -221,20 +218,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 // setLeaderValue writes an election's leader value into the lock item
 // of l, on the condition that the item is still l's tenure.
 func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) error {
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(l.pk, l.sk),
-		UpdateExpression:    aws.String("SET #leader = :leader"),
-		ConditionExpression: aws.String(guardCondition),
-		ExpressionAttributeNames: map[string]string{
-			"#leader": attrLeaderValue, "#own": attrOwnerName, "#ten": attrTenure, "#rel": attrReleased,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":leader": &types.AttributeValueMemberS{Value: value},
-			":own":    &types.AttributeValueMemberS{Value: l.owner},
-			":ten":    &types.AttributeValueMemberS{Value: l.tenure},
-		},
-	}, c.throttleWatch("UpdateItem")...)
+	in := c.wire().Proclaim(l.pk, l.sk, l.owner, l.tenure, value)
+	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
 	return err
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Guarded writes: a held lock lends a ConditionCheck on its own item to
@@ -32,10 +32,6 @@ import (
 // MaxGuardedActions is the most actions a guarded write takes from the
 // caller: DynamoDB's limit of 100 actions a transaction, less the guard.
 const MaxGuardedActions = 99
-
-// guardCondition is the ConditionCheck's expression: the item names this
-// owner and this tenure, and was not kept after a release.
-const guardCondition = "#own = :own AND #ten = :ten AND attribute_not_exists(#rel)"
 
 // GuardedWriteError details a guarded write that DynamoDB cancelled or
 // whose outcome is unknown. It is the cause ([Error.Err]) of the *Error
@@ -112,20 +108,7 @@ func (l *Lock) Guard() (types.TransactWriteItem, error) {
 }
 
 func (l *Lock) guardCheck() *types.ConditionCheck {
-	c := l.client
-	return &types.ConditionCheck{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(l.pk, l.sk),
-		ConditionExpression: aws.String(guardCondition),
-		ExpressionAttributeNames: map[string]string{
-			"#own": attrOwnerName, "#ten": attrTenure, "#rel": attrReleased,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":own": &types.AttributeValueMemberS{Value: l.owner},
-			":ten": &types.AttributeValueMemberS{Value: l.tenure},
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}
+	return l.client.wire().Guard(l.pk, l.sk, l.owner, l.tenure)
 }
 
 // guardable refuses a guard for a lock known not to be held.
@@ -296,11 +279,10 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 // DynamoDB Local do not.)
 func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
-	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && len(canceled.CancellationReasons) > 0 {
-		guard := canceled.CancellationReasons[0]
+	if reasons, ok := wire.CancellationReasons(err); ok {
+		guard := reasons[0]
 		gw.GuardReason = &guard
-		gw.Reasons = canceled.CancellationReasons[1:]
+		gw.Reasons = reasons[1:]
 		if aws.ToString(guard.Code) == "ConditionalCheckFailed" {
 			l.guardFailed(guard.Item, err)
 			return l.lockError(CodeLockNotHeld, "the lock item no longer names this tenure: nothing was written", gw)
@@ -318,7 +300,7 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 		if conflict {
 			return l.lockError(CodeTransactionConflict, "another write to one of its items was under way: nothing was written; retry after a short back-off", gw)
 		}
-		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(canceled.CancellationReasons[1:]), gw)
+		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(reasons[1:]), gw)
 	}
 	var conflict *types.TransactionConflictException
 	if errors.As(err, &conflict) {
@@ -334,13 +316,13 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 		e.Setting = "ClientRequestToken"
 		return e
 	}
-	if unsupportedOperation(err) {
+	if wire.UnsupportedOperation(err) {
 		return l.lockError(CodeTransactionsUnsupported, "the server does not implement TransactWriteItems (dynalite does not)", gw)
 	}
-	if neverSent(err) {
+	if wire.NeverSent(err) {
 		return l.lockError(CodeUnknown, "the request could not be sent: nothing was written", gw)
 	}
-	if outcomeUnknown(err) {
+	if wire.OutcomeUnknown(err) {
 		if ctx.Err() != nil {
 			return l.lockError(CodeOutcomeUnknown, "the context ended while the transaction was under way: it may have committed; send it again with the same request token to learn which", gw)
 		}
@@ -361,21 +343,6 @@ func reasonCodes(rs []types.CancellationReason) string {
 		}
 	}
 	return strings.Join(codes, ", ")
-}
-
-// unsupportedOperation reports whether the server said it has no such
-// operation: dynalite answers TransactWriteItems with
-// UnknownOperationException.
-func unsupportedOperation(err error) bool {
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return false
-	}
-	switch api.ErrorCode() {
-	case "UnknownOperationException", "UnknownOperation", "InvalidAction", "NotImplemented":
-		return true
-	}
-	return false
 }
 
 // guardFailed marks the lock stolen when the item the failed guard saw

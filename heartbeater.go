@@ -3,14 +3,10 @@ package ddblock
 import (
 	"container/heap"
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 )
@@ -451,7 +447,7 @@ func (q *schedQueue) Pop() any {
 
 // prepareHeartbeat makes the lock's next heartbeat, unless it was
 // released meanwhile. The scheduler sends one heartbeat of a lock at a
-// time; hbDone, set here under the lock's mutex, lets a release wait for
+// time; its done channel (l.hb), set here under the lock's mutex, lets a release wait for
 // it.
 func (l *Lock) prepareHeartbeat() func() time.Duration {
 	l.mu.Lock()
@@ -459,8 +455,7 @@ func (l *Lock) prepareHeartbeat() func() time.Duration {
 	if !l.heldLocked() {
 		return nil
 	}
-	l.hbDone = make(chan struct{})
-	oldRVN, unknown := l.rvn, slices.Clone(l.unknownRVNs)
+	oldRVN, unknown, _ := l.hb.start()
 	return func() time.Duration { return l.client.heartbeat(l, oldRVN, unknown) }
 }
 
@@ -472,7 +467,7 @@ func (l *Lock) prepareHeartbeat() func() time.Duration {
 // sent.
 //
 // The outcome is recorded under the lock's mutex, which ends the
-// heartbeat for a release waiting on hbDone; the application hears of
+// heartbeat for a release waiting on it; the application hears of
 // it (Metrics, logs) after.
 func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite time.Duration) {
 	// The send outlives Close's cancel: Close waits for it instead, so
@@ -482,14 +477,13 @@ func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite 
 	defer cancel()
 	hb, err, stolen, _ := c.refreshItem(ctx, l.pk, l.sk, oldRVN, unknown, false)
 	l.mu.Lock()
-	close(l.hbDone)
-	l.hbDone = nil
+	close(l.hb.finish())
 	gap := hb.sent - l.lastHeartbeat
 	switch {
 	case err == nil:
 		c.stats.heartbeatsSent.Add(1)
-		l.rvn, l.expiry, l.lastHeartbeat = hb.rvn, hb.expiry, hb.sent
-		l.unknownRVNs = l.unknownRVNs[:0]
+		l.hb.landed(hb.rvn)
+		l.expiry, l.lastHeartbeat = hb.expiry, hb.sent
 		if l.status == StatusInDanger {
 			l.status = StatusLocked
 			c.stats.recovered.Add(1)
@@ -504,13 +498,8 @@ func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite 
 		l.markStolenLocked("another client took the lock", err)
 	default:
 		c.stats.heartbeatsFailed.Add(1)
-		if outcomeUnknown(err) {
-			// The write may have landed: remember its version number.
-			if len(l.unknownRVNs) == maxUnknownHeartbeats {
-				l.unknownRVNs = append(l.unknownRVNs[:0], l.unknownRVNs[1:]...)
-			}
-			l.unknownRVNs = append(l.unknownRVNs, hb.rvn)
-		}
+		// The write may have landed: remember its version number.
+		l.hb.failed(hb.rvn, err)
 	}
 	lastWrite = l.lastHeartbeat
 	// The heartbeat's own outcome goes first, as the events it caused
@@ -527,11 +516,6 @@ func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite 
 	return lastWrite
 }
 
-// maxUnknownHeartbeats bounds the remembered version numbers of
-// heartbeats whose outcome is unknown; a lock goes into danger long
-// before more of them pile up.
-const maxUnknownHeartbeats = 8
-
 // sentHeartbeat is what one heartbeat call wrote.
 type sentHeartbeat struct {
 	rvn    string
@@ -542,26 +526,12 @@ type sentHeartbeat struct {
 func (c *Client) sendHeartbeat(ctx context.Context, pk, sk, oldRVN string) (sentHeartbeat, error) {
 	now := c.clock.Now()
 	hb := sentHeartbeat{rvn: newRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
-	update := "SET " + nameRVN + " = " + valueNew + ", " + nameTTL + " = " + valueTTL
-	names := map[string]string{nameRVN: attrRVN, nameTTL: c.opts.TTLAttributeName}
-	values := map[string]types.AttributeValue{
-		valueRVN: &types.AttributeValueMemberS{Value: oldRVN},
-		valueNew: &types.AttributeValueMemberS{Value: hb.rvn},
-		valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(hb.expiry)},
-	}
+	var stamp time.Time
 	if c.opts.MaxClockSkew > 0 {
-		update += ", " + nameStamp + " = " + valueStamp
-		names[nameStamp] = attrHeartbeatTime
-		values[valueStamp] = &types.AttributeValueMemberN{Value: formatEpochMillis(now)}
+		stamp = now
 	}
+	in := c.wire().Heartbeat(pk, sk, oldRVN, hb.rvn, hb.expiry, stamp)
 	hb.sent = c.clock.Monotonic()
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(c.opts.TableName),
-		Key:                       c.codec.key(pk, sk),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(condOwned),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
 	return hb, err
 }

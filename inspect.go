@@ -7,21 +7,14 @@ import (
 	"iter"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // readItem reads a lock item with a strongly consistent GetItem; nil
 // when there is none.
 func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error) {
-	out, err := c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(c.opts.TableName),
-		Key:            c.codec.key(pk, sk),
-		ConsistentRead: aws.Bool(true),
-	}, c.throttleWatch("GetItem")...)
+	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +111,7 @@ func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
 		return failed(err)
 	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
-		out, err := c.ddb.Scan(ctx, &dynamodb.ScanInput{
-			TableName:         aws.String(c.opts.TableName),
-			ConsistentRead:    aws.Bool(true),
-			ExclusiveStartKey: start,
-		})
+		out, err := c.ddb.Scan(ctx, c.wire().Scan(start))
 		if err != nil {
 			return pageResult{}, err
 		}
@@ -139,21 +128,8 @@ func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey strin
 	if err := checkContext(ctx); err != nil {
 		return failed(err)
 	}
-	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(c.opts.PartitionKeyName).Equal(expression.Value(partitionKey))).
-		Build()
-	if err != nil {
-		return failed(invalidArg("PartitionKey", err.Error()))
-	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
-		out, err := c.ddb.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(c.opts.TableName),
-			ConsistentRead:            aws.Bool(true),
-			KeyConditionExpression:    expr.KeyCondition(),
-			ExpressionAttributeNames:  expr.Names(),
-			ExpressionAttributeValues: expr.Values(),
-			ExclusiveStartKey:         start,
-		})
+		out, err := c.ddb.Query(ctx, c.wire().ListPartition(partitionKey, start))
 		if err != nil {
 			return pageResult{}, err
 		}
@@ -216,13 +192,13 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 // (such as an item over 400 KB), or anything else.
 func (c *Client) tableError(err error, doing, pk, sk string) *Error {
 	code, msg := CodeUnknown, doing
-	var invalid smithy.APIError
+	invalid, isInvalid := wire.Invalid(err)
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		code = CodeTableNotFound
 		msg = doing + ": table " + c.opts.TableName + " does not exist"
-	case errors.As(err, &invalid) && invalid.ErrorCode() == "ValidationException":
-		if strings.Contains(strings.ToLower(invalid.ErrorMessage()), "key") {
+	case isInvalid:
+		if strings.Contains(strings.ToLower(invalid), "key") {
 			code = CodeTableMismatch
 			msg = fmt.Sprintf("%s: table %s does not have the keys this client uses (partition key %q, sort key %q, both strings)",
 				doing, c.opts.TableName, c.opts.PartitionKeyName, c.opts.SortKeyName)

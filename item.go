@@ -7,72 +7,40 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
-// The attribute names python_dynamodb_lock writes; the key and TTL names
-// are settings of the client.
+// The lock item's attribute names and the expression placeholders are
+// internal/wire's, which owns every request the client sends; these are
+// the package's shorthands for them.
 const (
-	attrOwnerName     = "owner_name"
-	attrLeaseDuration = "lease_duration"
-	attrRVN           = "record_version_number"
+	attrOwnerName     = wire.AttrOwnerName
+	attrLeaseDuration = wire.AttrLeaseDuration
+	attrRVN           = wire.AttrRVN
+	attrFencingToken  = wire.AttrFencingToken
+	attrReleased      = wire.AttrReleased
+	attrHeartbeatTime = wire.AttrHeartbeatTime
+	attrSession       = wire.AttrSession
+	attrSessionLease  = wire.AttrSessionLease
+	attrIsSession     = wire.AttrIsSession
+	attrTenure        = wire.AttrTenure
+
+	namePK     = wire.NamePK
+	nameSK     = wire.NameSK
+	nameRVN    = wire.NameRVN
+	nameTTL    = wire.NameTTL
+	valueRVN   = wire.ValueRVN
+	valueNew   = wire.ValueNew
+	valueTTL   = wire.ValueTTL
+	nameStamp  = wire.NameStamp
+	valueStamp = wire.ValueStamp
+	nameRel    = wire.NameRel
+	valueRel   = wire.ValueRel
+	condNew    = wire.CondNew
+	condOwned  = wire.CondOwned
 )
 
-// ddblock's own attributes, written only by the opt-in features that need
-// them; python_dynamodb_lock keeps them through its heartbeats and drops
-// them when it overwrites the item (see doc/migrating-from-python.md).
-// They carry a "ddblock_" prefix so that no Python application's
-// additional attribute is mistaken for one: Python gives every other name
-// to the application.
-const (
-	// attrFencingToken: the number of acquisitions of this key (N).
-	attrFencingToken = "ddblock_fencing_token"
-	// attrReleased: true on an item kept after its release (BOOL).
-	attrReleased = "ddblock_released"
-	// attrHeartbeatTime: the holder's wall clock at its last write, in
-	// epoch milliseconds (N).
-	attrHeartbeatTime = "ddblock_heartbeat_ms"
-	// attrSession, on a lock attached to a session: the session item's
-	// partition key (S). See session.go.
-	attrSession = "ddblock_session"
-	// attrSessionLease, on a lock attached to a session: the session's
-	// lease in seconds (N), for a waiter that finds the session gone.
-	attrSessionLease = "ddblock_session_lease"
-	// attrIsSession: true on a session item (BOOL). An item at a session
-	// key without it was overwritten by someone else, and stands for no
-	// session.
-	attrIsSession = "ddblock_is_session"
-	// attrTenure: a random identifier written at each acquisition and
-	// kept by every heartbeat, so that it names one tenure of one holder
-	// (S). A guarded write is conditioned on it (see guard.go).
-	attrTenure = "ddblock_tenure"
-)
-
-func isLockAttribute(name string) bool {
-	switch name {
-	case attrOwnerName, attrLeaseDuration, attrRVN, attrFencingToken, attrReleased, attrHeartbeatTime,
-		attrSession, attrSessionLease, attrIsSession, attrTenure:
-		return true
-	}
-	return false
-}
-
-// Expression attribute names shared by every request, so that no user
-// setting can collide with a DynamoDB reserved word.
-const (
-	namePK     = "#pk"
-	nameSK     = "#sk"
-	nameRVN    = "#rvn"
-	nameTTL    = "#ttl"
-	valueRVN   = ":rvn"
-	valueNew   = ":new"
-	valueTTL   = ":ttl"
-	nameStamp  = "#hbt"
-	valueStamp = ":hbt"
-	nameRel    = "#rel"
-	valueRel   = ":rel"
-	condNew    = "attribute_not_exists(" + namePK + ")"
-	condOwned  = nameRVN + " = " + valueRVN
-)
+func isLockAttribute(name string) bool { return wire.IsLockAttribute(name) }
 
 // LockInfo is a lock as stored in the table, whoever holds it: what
 // Python calls BaseDynamoDBLock.
@@ -212,14 +180,16 @@ func (c itemCodec) reserved(name string) bool {
 // key returns the item's primary key; a codec with no sort key name is
 // for a table keyed by the partition key alone.
 func (c itemCodec) key(pk, sk string) map[string]types.AttributeValue {
-	if c.sk == "" {
-		return map[string]types.AttributeValue{c.pk: &types.AttributeValueMemberS{Value: pk}}
-	}
-	return map[string]types.AttributeValue{
-		c.pk: &types.AttributeValueMemberS{Value: pk},
-		c.sk: &types.AttributeValueMemberS{Value: sk},
-	}
+	return c.table("").Key(pk, sk)
 }
+
+// table returns the codec's names on the wire, for the table called name.
+func (c itemCodec) table(name string) wire.Table {
+	return wire.Table{Name: name, PK: c.pk, SK: c.sk, TTL: c.ttl}
+}
+
+// wire returns the client's table and names, to build its requests with.
+func (c *Client) wire() wire.Table { return c.codec.table(c.opts.TableName) }
 
 // encode returns the item for a lock taken with the given version number
 // and expiry. Additional attributes go in first so that they can never
@@ -394,6 +364,6 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func formatEpoch(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+func formatEpoch(t time.Time) string { return wire.Epoch(t) }
 
-func formatEpochMillis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+func formatEpochMillis(t time.Time) string { return wire.EpochMillis(t) }

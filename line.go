@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // A line is where fair waiters of one key wait their turn
@@ -75,13 +74,13 @@ const (
 	lineKeyPrefix = "ddblock_line#"
 	// attrLine holds a line's tickets (L of M); attrLineIDs the set of
 	// their ids (SS).
-	attrLine    = "ddblock_line"
-	attrLineIDs = "ddblock_line_ids"
+	attrLine    = wire.AttrLine
+	attrLineIDs = wire.AttrLineIDs
 	// A ticket's fields.
-	ticketID    = "id"
-	ticketOwner = "owner"
-	ticketSince = "since_ms"
-	ticketGrace = "grace_ms"
+	ticketID    = wire.TicketID
+	ticketOwner = wire.TicketOwner
+	ticketSince = wire.TicketSince
+	ticketGrace = wire.TicketGrace
 	// maxLine is the most tickets a line takes: a waiter that finds it
 	// full waits for a place without one, reading only.
 	maxLine = 500
@@ -250,11 +249,7 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 
 // read reads the line's tickets, strongly consistent.
 func (l *line) read(ctx context.Context) ([]Ticket, error) {
-	out, err := l.c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(l.c.opts.TableName),
-		Key:            l.c.codec.key(l.pk, l.sk),
-		ConsistentRead: aws.Bool(true),
-	}, l.c.throttleWatch("GetItem")...)
+	out, err := l.c.ddb.GetItem(ctx, l.c.wire().Get(l.pk, l.sk), l.c.throttleWatch("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -300,31 +295,10 @@ func decodeTickets(item map[string]types.AttributeValue) []Ticket {
 // which.
 func (l *line) enqueue(ctx context.Context) (int, error) {
 	c := l.c
-	t := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-		ticketID:    &types.AttributeValueMemberS{Value: l.ticket.ID},
-		ticketOwner: &types.AttributeValueMemberS{Value: l.ticket.OwnerName},
-		ticketSince: &types.AttributeValueMemberN{Value: strconv.FormatInt(l.ticket.Since.UnixMilli(), 10)},
-		ticketGrace: &types.AttributeValueMemberN{Value: strconv.FormatInt(l.ticket.Grace.Milliseconds(), 10)},
-	}}
-	out, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(l.pk, l.sk),
-		UpdateExpression:    aws.String("SET #l = list_append(if_not_exists(#l, :empty), :t), #ttl = :ttl ADD #ids :idset"),
-		ConditionExpression: aws.String("(attribute_not_exists(#ids) OR NOT contains(#ids, :id)) AND (attribute_not_exists(#l) OR size(#l) < :max)"),
-		ExpressionAttributeNames: map[string]string{
-			"#l": attrLine, "#ids": attrLineIDs, nameTTL: c.opts.TTLAttributeName,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
-			":t":     &types.AttributeValueMemberL{Value: []types.AttributeValue{t}},
-			valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(c.clock.Now().Add(lineTTL))},
-			":idset": &types.AttributeValueMemberSS{Value: []string{l.ticket.ID}},
-			":id":    &types.AttributeValueMemberS{Value: l.ticket.ID},
-			":max":   &types.AttributeValueMemberN{Value: strconv.Itoa(maxLine)},
-		},
-		ReturnValues: types.ReturnValueAllNew,
-	}, c.throttleWatch("UpdateItem")...)
-	if isConditionFailed(err) {
+	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Since: l.ticket.Since, Grace: l.ticket.Grace}
+	in := c.wire().Enqueue(l.pk, l.sk, t, maxLine, c.clock.Now().Add(lineTTL))
+	out, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
+	if wire.ConditionFailed(err) {
 		return 0, nil
 	}
 	if err != nil {
@@ -344,42 +318,21 @@ func (l *line) enqueue(ctx context.Context) (int, error) {
 // alone in the line goes with the item.
 func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, error) {
 	c := l.c
-	names := map[string]string{"#l": attrLine, "#ids": attrLineIDs, "#i": ticketID}
-	path := fmt.Sprintf("#l[%d].#i", i)
 	var err error
 	if i == 0 && alone {
 		// Alone when last seen: the item goes. Should someone have come
 		// since, this fails its condition and the ticket is removed from
 		// the list below.
-		_, err = c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName:                aws.String(c.opts.TableName),
-			Key:                      c.codec.key(l.pk, l.sk),
-			ConditionExpression:      aws.String("size(#l) = :one AND " + path + " = :id"),
-			ExpressionAttributeNames: map[string]string{"#l": attrLine, "#i": ticketID},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":one": &types.AttributeValueMemberN{Value: "1"},
-				":id":  &types.AttributeValueMemberS{Value: id},
-			},
-		}, c.throttleWatch("DeleteItem")...)
+		_, err = c.ddb.DeleteItem(ctx, c.wire().DeleteLine(l.pk, l.sk, id), c.throttleWatch("DeleteItem")...)
 		if err == nil {
 			return true, nil
 		}
-		if !isConditionFailed(err) {
+		if !wire.ConditionFailed(err) {
 			return false, err
 		}
 	}
-	_, err = c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(c.opts.TableName),
-		Key:                      c.codec.key(l.pk, l.sk),
-		UpdateExpression:         aws.String(fmt.Sprintf("REMOVE #l[%d] DELETE #ids :idset", i)),
-		ConditionExpression:      aws.String(path + " = :id"),
-		ExpressionAttributeNames: names,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":idset": &types.AttributeValueMemberSS{Value: []string{id}},
-			":id":    &types.AttributeValueMemberS{Value: id},
-		},
-	}, c.throttleWatch("UpdateItem")...)
-	if isConditionFailed(err) {
+	_, err = c.ddb.UpdateItem(ctx, c.wire().Dequeue(l.pk, l.sk, id, i), c.throttleWatch("UpdateItem")...)
+	if wire.ConditionFailed(err) {
 		return false, nil
 	}
 	return err == nil, err
@@ -522,11 +475,7 @@ func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] {
 		}
 		var start map[string]types.AttributeValue
 		for {
-			out, err := c.ddb.Scan(ctx, &dynamodb.ScanInput{
-				TableName:         aws.String(c.opts.TableName),
-				ConsistentRead:    aws.Bool(true),
-				ExclusiveStartKey: start,
-			})
+			out, err := c.ddb.Scan(ctx, c.wire().Scan(start))
 			if err != nil {
 				yield(nil, c.tableError(err, "listing lines", "", ""))
 				return

@@ -69,11 +69,9 @@ type Lock struct {
 
 	mu            sync.Mutex
 	status        Status
-	rvn           string
+	hb            hbState // the item's version numbers and the heartbeat in flight
 	expiry        time.Time
 	lastHeartbeat time.Duration // monotonic; for a session's lock, its acquire
-	hbDone        chan struct{} // non-nil while a heartbeat is in flight
-	unknownRVNs   []string      // written by heartbeats whose outcome is unknown
 	done          chan struct{}
 	err           error
 	onDone        map[*struct{}]func(error)
@@ -189,7 +187,7 @@ func (l *Lock) RecordVersionNumber() string {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.rvn
+	return l.hb.rvn
 }
 
 // ExpiryTime returns the TTL value most recently written.
@@ -260,7 +258,7 @@ func (l *Lock) Info() LockInfo {
 		SortKey:              l.sk,
 		OwnerName:            l.owner,
 		LeaseDuration:        l.lease,
-		RecordVersionNumber:  l.rvn,
+		RecordVersionNumber:  l.hb.rvn,
 		ExpiryTime:           l.expiry,
 		AdditionalAttributes: maps.Clone(l.attrs),
 		FencingToken:         l.token,

@@ -36,8 +36,9 @@ package ddblock
 // own timer. (Campaign reads its leadership under the Election's mutex
 // but asks its context, which takes Lock.mu, only after.)
 //
-// Nothing waits on a channel under a mutex: a heartbeat's hbDone is
-// closed under Lock.mu, and waited on by a release with none held.
+// Nothing waits on a channel under a mutex: a heartbeat's done channel
+// (in Lock.hb, an hbState guarded by Lock.mu) is closed under Lock.mu,
+// and waited on by a release with none held.
 //
 // The contexts of Lock.Context are cancelled under Lock.mu, so that they
 // end at the instant Done closes. That is the standard library's code,

@@ -18,6 +18,7 @@ import (
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
 	"github.com/ddblock/ddblock/internal/faultproxy"
+	wirepkg "github.com/ddblock/ddblock/internal/wire"
 )
 
 // closedPort returns the address of a loopback port nothing listens on:
@@ -90,7 +91,7 @@ func TestOutcomeUnknown(t *testing.T) {
 				tc.call = func() error { return put(viaProxy, context.Background()) }
 			}
 			err := tc.call()
-			if got := ddblock.OutcomeUnknown(err); got != tc.want {
+			if got := wirepkg.OutcomeUnknown(err); got != tc.want {
 				t.Errorf("OutcomeUnknown(%v) = %v; want %v", err, got, tc.want)
 			}
 		})
@@ -102,7 +103,7 @@ func TestOutcomeUnknown(t *testing.T) {
 func TestOutcomeUnknownDNS(t *testing.T) {
 	dnsErr := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "dynamodb.invalid", IsNotFound: true}}
 	err := fmt.Errorf("operation error DynamoDB: PutItem: %w", &url.Error{Op: "Post", URL: "https://dynamodb.invalid/", Err: dnsErr})
-	if ddblock.OutcomeUnknown(err) {
+	if wirepkg.OutcomeUnknown(err) {
 		t.Errorf("a DNS failure counted as a write that may have landed")
 	}
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -82,7 +78,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	}
 	l.status = StatusReleased
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
-	inflight := l.hbDone
+	inflight := l.hb.inFlight()
 	l.mu.Unlock()
 	// Marking the lock released has just cancelled the contexts made from
 	// it (Lock.Context, WithLock's, an election's): ctx may be one of
@@ -100,10 +96,10 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 		}
 	}
 	l.mu.Lock()
-	rvn, unknown := l.rvn, slices.Clone(l.unknownRVNs)
+	rvn, unknown := l.hb.versions()
 	l.mu.Unlock()
 	err = c.giveBack(ctx, l.pk, l.sk, rvn, l.token > 0)
-	if err != nil && isConditionFailed(err) {
+	if err != nil && wire.ConditionFailed(err) {
 		// Stolen, or a write of ours landed unheard: this release (its
 		// reply lost, the SDK's retry failing the condition), or a
 		// heartbeat whose outcome was unknown. Only a read can tell.
@@ -116,7 +112,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 			err = c.giveBack(ctx, l.pk, l.sk, info.RecordVersionNumber, l.token > 0)
 		}
 	}
-	if err != nil && !isConditionFailed(err) && l.session != nil {
+	if err != nil && !wire.ConditionFailed(err) && l.session != nil {
 		// Still ours, perhaps, and kept alive by the session, which no
 		// lease ends: the session gives it back after a later heartbeat.
 		l.session.leave(leftover{pk: l.pk, sk: l.sk, rvn: rvn, counted: l.token > 0})
@@ -125,7 +121,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	case err == nil:
 		c.handOff(l, rvn) // to this client's waiters of the key (waiters.go)
 		return false, nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		lerr := l.lockError(CodeLockStolen, "the item changed hands before the release", err)
 		l.mu.Lock()
 		l.lostAtReleaseLocked(lerr)
@@ -203,44 +199,14 @@ func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool)
 	if !c.opts.KeepReleasedItems && !counted {
 		return c.deleteItem(ctx, pk, sk, rvn)
 	}
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(c.opts.TableName),
-		Key:                 c.codec.key(pk, sk),
-		UpdateExpression:    aws.String("SET " + nameRel + " = " + valueRel + ", " + nameTTL + " = " + valueTTL),
-		ConditionExpression: aws.String(condOwned),
-		ExpressionAttributeNames: map[string]string{
-			nameRVN: attrRVN, nameRel: attrReleased, nameTTL: c.opts.TTLAttributeName,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: rvn},
-			valueRel: &types.AttributeValueMemberBOOL{Value: true},
-			valueTTL: &types.AttributeValueMemberN{Value: formatEpoch(c.clock.Now().Add(c.opts.ExpiryPeriod))},
-		},
-	}, c.throttleWatch("UpdateItem")...)
+	in := c.wire().MarkReleased(pk, sk, rvn, c.clock.Now().Add(c.opts.ExpiryPeriod))
+	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
 	return err
 }
 
 func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
-	_, err := c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(c.opts.TableName),
-		Key:                      c.codec.key(pk, sk),
-		ConditionExpression:      aws.String(condOwned),
-		ExpressionAttributeNames: map[string]string{nameRVN: attrRVN},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			valueRVN: &types.AttributeValueMemberS{Value: rvn},
-		},
-	}, c.throttleWatch("DeleteItem")...)
+	_, err := c.ddb.DeleteItem(ctx, c.wire().Delete(pk, sk, rvn), c.throttleWatch("DeleteItem")...)
 	return err
-}
-
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
-}
-
-func isTableNotFound(err error) bool {
-	var rnf *types.ResourceNotFoundException
-	return errors.As(err, &rnf)
 }
 
 // ForceRelease deletes the lock item on (partitionKey, sortKey) whoever
@@ -290,7 +256,7 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	switch {
 	case err == nil:
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) || errors.Is(gerr, ErrLockReleased) {
 			return gerr
 		}
@@ -299,37 +265,6 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	default:
 		return c.tableError(err, "deleting the lock", partitionKey, sortKey)
 	}
-}
-
-// outcomeUnknown reports whether a failed write may nevertheless have
-// been applied. A request that never left this host cannot have been:
-// the connection could not be made (refused, no route, no such host, a
-// dial that timed out). Anything after the request was sent may have
-// been: a timeout or a cancel while waiting for the reply, a connection
-// reset mid-response, a 5xx. Only an answer from DynamoDB that refused
-// the write (a 4xx) says it was not applied.
-func outcomeUnknown(err error) bool {
-	if neverSent(err) {
-		return false
-	}
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return true // no answer at all: a timeout, a dropped connection
-	}
-	return api.ErrorFault() == smithy.FaultServer
-}
-
-// neverSent reports whether err says the request could not be sent: the
-// connection to the endpoint was never made. Go's HTTP transport dials
-// before it writes a request, and reports a failed dial (DNS included)
-// as a *net.OpError whose Op is "dial".
-func neverSent(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // survivingOwnEnd returns a context for the calls of l's release: ctx,

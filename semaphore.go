@@ -12,9 +12,8 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // How a semaphore lays out its items. On a table with a sort key, the
@@ -35,15 +34,15 @@ const (
 	// attrSemaphoreSlots holds N in a semaphore's metadata item. That
 	// item is not a lock item (no owner, lease or version number), and
 	// listings leave it out (see isSemaphoreMeta).
-	attrSemaphoreSlots = "ddblock_semaphore_slots"
+	attrSemaphoreSlots = wire.AttrSemaphoreSlots
 	// attrSemaphoreResizes counts the resizes of a semaphore (absent
 	// until the first): the version that a resize's write of the
 	// metadata item is conditioned on, and the mark that N was set by an
 	// operator, which clients asking for another number then follow.
-	attrSemaphoreResizes = "ddblock_semaphore_resizes"
+	attrSemaphoreResizes = wire.AttrSemaphoreResizes
 	// attrSemaphoreSpan is how many slot indexes may be held while a
 	// shrink drains: the old N, above the new one; absent otherwise.
-	attrSemaphoreSpan = "ddblock_semaphore_span"
+	attrSemaphoreSpan = wire.AttrSemaphoreSpan
 )
 
 // Semaphore is a counting semaphore under one name: at most Slots
@@ -474,11 +473,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 		}
 		for i := range span {
 			pk, sk := s.slotKey(i)
-			out, err := c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
-				TableName:      aws.String(c.opts.TableName),
-				Key:            c.codec.key(pk, sk),
-				ConsistentRead: aws.Bool(true),
-			}, c.throttleWatch("GetItem")...)
+			out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
 			if err != nil {
 				return nil, err
 			}
@@ -492,14 +487,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 	}
 	var start map[string]types.AttributeValue
 	for {
-		out, err := c.ddb.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(c.opts.TableName),
-			ConsistentRead:            aws.Bool(true),
-			KeyConditionExpression:    aws.String(namePK + " = :name"),
-			ExpressionAttributeNames:  map[string]string{namePK: c.opts.PartitionKeyName},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":name": &types.AttributeValueMemberS{Value: s.name}},
-			ExclusiveStartKey:         start,
-		}, c.throttleWatch("Query")...)
+		out, err := c.ddb.Query(ctx, c.wire().Query(s.name, start), c.throttleWatch("Query")...)
 		if err != nil {
 			return nil, err
 		}
@@ -520,11 +508,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 func (s *Semaphore) readMeta(ctx context.Context) (*semaphoreMeta, error) {
 	c := s.c
 	pk, sk := s.metaKey()
-	out, err := c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(c.opts.TableName),
-		Key:            c.codec.key(pk, sk),
-		ConsistentRead: aws.Bool(true),
-	}, c.throttleWatch("GetItem")...)
+	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -597,24 +581,16 @@ func (s *Semaphore) inForce(meta *semaphoreMeta) (int, error) {
 func (s *Semaphore) createMeta(ctx context.Context) (*semaphoreMeta, error) {
 	c := s.c
 	pk, sk := s.metaKey()
-	item := c.codec.key(pk, sk)
-	item[attrSemaphoreSlots] = &types.AttributeValueMemberN{Value: strconv.Itoa(s.asked)}
-	_, err := c.ddb.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(c.opts.TableName),
-		Item:                                item,
-		ConditionExpression:                 aws.String(condNew),
-		ExpressionAttributeNames:            map[string]string{namePK: c.opts.PartitionKeyName},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, c.throttleWatch("PutItem")...)
+	_, err := c.ddb.PutItem(ctx, c.wire().CreateSemaphoreMeta(pk, sk, s.asked), c.throttleWatch("PutItem")...)
 	if err == nil {
 		return &semaphoreMeta{slots: s.asked, span: s.asked}, nil
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
+	failedOn, failed := wire.FailedItem(err)
+	if !failed {
 		return nil, err
 	}
-	if ccf.Item != nil {
-		m, err := s.parseMeta(ccf.Item)
+	if failedOn != nil {
+		m, err := s.parseMeta(failedOn)
 		return &m, err
 	}
 	// dynalite does not return the item that failed the condition.
@@ -837,7 +813,7 @@ func (s *Semaphore) Resize(ctx context.Context, slots int) error {
 				// Presumed dead: removed as a waiter would take it over.
 				pk, sk := s.slotKey(i)
 				err := c.giveBack(ctx, pk, sk, a.seen.RecordVersionNumber, a.seen.FencingToken > 0)
-				if err != nil && !isConditionFailed(err) {
+				if err != nil && !wire.ConditionFailed(err) {
 					return ended(s.resizeCallError(ctx, "removing a slot of a holder presumed dead", err))
 				}
 				if err == nil {
@@ -902,39 +878,27 @@ func (s *Semaphore) writeSize(ctx context.Context, slots int) (version int, abov
 				above = append(above, view.slots[i])
 			}
 		}
-		item := c.codec.key(pk, sk)
-		in := &dynamodb.PutItemInput{TableName: aws.String(c.opts.TableName), Item: item}
+		var seen *wire.SemaphoreMeta
 		version = 1
 		if m := view.meta; m != nil {
 			span = max(span, m.span)
 			version = m.resizes + 1
-			in.ConditionExpression = aws.String("#slots = :slots AND " + map[bool]string{
-				true:  "attribute_not_exists(#resizes)",
-				false: "#resizes = :resizes"}[m.resizes == 0])
-			in.ExpressionAttributeNames = map[string]string{"#slots": attrSemaphoreSlots, "#resizes": attrSemaphoreResizes}
-			in.ExpressionAttributeValues = map[string]types.AttributeValue{
-				":slots": &types.AttributeValueMemberN{Value: strconv.Itoa(m.slots)}}
-			if m.resizes > 0 {
-				in.ExpressionAttributeValues[":resizes"] = &types.AttributeValueMemberN{Value: strconv.Itoa(m.resizes)}
-			}
-		} else {
-			in.ConditionExpression = aws.String(condNew)
-			in.ExpressionAttributeNames = map[string]string{namePK: c.opts.PartitionKeyName}
+			seen = &wire.SemaphoreMeta{Slots: m.slots, Resizes: m.resizes}
 		}
-		item[attrSemaphoreSlots] = &types.AttributeValueMemberN{Value: strconv.Itoa(slots)}
-		item[attrSemaphoreResizes] = &types.AttributeValueMemberN{Value: strconv.Itoa(version)}
+		next := wire.SemaphoreMeta{Slots: slots, Resizes: version}
 		if span > slots {
-			item[attrSemaphoreSpan] = &types.AttributeValueMemberN{Value: strconv.Itoa(span)}
+			next.Span = span
 		}
+		in := c.wire().ResizeSemaphore(pk, sk, seen, next)
 		_, err = c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
-		if err != nil && !isConditionFailed(err) && outcomeUnknown(err) && s.written(ctx, slots, version) {
+		if err != nil && !wire.ConditionFailed(err) && wire.OutcomeUnknown(err) && s.written(ctx, slots, version) {
 			err = nil // the reply was lost (the context ended, say), not the write
 		}
 		switch {
 		case err == nil:
 			c.log.Info("ddblock: semaphore resized", "semaphore", s.name, "slots", slots, "resizes", version)
 			return version, above, nil
-		case isConditionFailed(err):
+		case wire.ConditionFailed(err):
 			continue // another resize or a first Acquire wrote it: read again
 		default:
 			return 0, nil, s.resizeCallError(ctx, "writing the semaphore's metadata", err)
@@ -957,18 +921,11 @@ func (s *Semaphore) written(ctx context.Context, slots, version int) bool {
 func (s *Semaphore) writeSpan(ctx context.Context, slots, version int) error {
 	c := s.c
 	pk, sk := s.metaKey()
-	_, err := c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(c.opts.TableName),
-		Key:                       c.codec.key(pk, sk),
-		UpdateExpression:          aws.String("REMOVE #span"),
-		ConditionExpression:       aws.String("#resizes = :resizes"),
-		ExpressionAttributeNames:  map[string]string{"#span": attrSemaphoreSpan, "#resizes": attrSemaphoreResizes},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":resizes": &types.AttributeValueMemberN{Value: strconv.Itoa(version)}},
-	}, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, c.wire().DropSemaphoreSpan(pk, sk, version), c.throttleWatch("UpdateItem")...)
 	switch {
 	case err == nil:
 		return nil
-	case isConditionFailed(err):
+	case wire.ConditionFailed(err):
 		return s.fail(CodeSemaphoreMismatch, fmt.Sprintf("resized again while this resize to %d slots waited", slots), nil)
 	default:
 		return s.resizeCallError(ctx, "writing the semaphore's metadata", err)
@@ -1078,13 +1035,7 @@ func (c *Client) ListSemaphores(ctx context.Context) iter.Seq2[*SemaphoreInfo, e
 	return func(yield func(*SemaphoreInfo, error) bool) {
 		var start map[string]types.AttributeValue
 		for {
-			out, err := c.ddb.Scan(ctx, &dynamodb.ScanInput{
-				TableName:                aws.String(c.opts.TableName),
-				ConsistentRead:           aws.Bool(true),
-				FilterExpression:         aws.String("attribute_exists(#slots) AND attribute_not_exists(#rvn)"),
-				ExpressionAttributeNames: map[string]string{"#slots": attrSemaphoreSlots, "#rvn": attrRVN},
-				ExclusiveStartKey:        start,
-			}, c.throttleWatch("Scan")...)
+			out, err := c.ddb.Scan(ctx, c.wire().ScanSemaphores(start), c.throttleWatch("Scan")...)
 			if err != nil {
 				yield(nil, c.tableError(err, "listing semaphores", "", ""))
 				return

@@ -11,8 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Session leases (Options.SessionLease).
@@ -111,14 +110,12 @@ type session struct {
 	// and the danger is logged once for the session, not once per lock.
 	inDanger atomic.Bool
 
-	mu          sync.Mutex
-	rvn         string
-	unknownRVNs []string // written by heartbeats whose outcome is unknown
-	hbDone      chan struct{}
-	ended       bool
-	locks       map[*Lock]struct{}
-	leftovers   []leftover // lock items to give back again
-	retrying    bool       // a retry of the leftovers is under way
+	mu        sync.Mutex
+	hb        hbState // the item's version numbers and the heartbeat in flight
+	ended     bool
+	locks     map[*Lock]struct{}
+	leftovers []leftover // lock items to give back again
+	retrying  bool       // a retry of the leftovers is under way
 }
 
 // leftover is a lock item of the session that the client no longer
@@ -210,13 +207,8 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		info.HeartbeatTime = now
 	}
 	sent := c.clock.Monotonic()
-	_, err := c.ddb.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(c.opts.TableName),
-		Item:                     c.codec.encode(info),
-		ConditionExpression:      aws.String(condNew),
-		ExpressionAttributeNames: map[string]string{namePK: c.opts.PartitionKeyName},
-	}, c.throttleWatch("PutItem")...)
-	if err != nil && isConditionFailed(err) {
+	_, err := c.ddb.PutItem(ctx, c.wire().PutNew(c.codec.encode(info), false), c.throttleWatch("PutItem")...)
+	if err != nil && wire.ConditionFailed(err) {
 		// The key is fresh and random: an item there is our own put,
 		// whose reply was lost and whose retry by the SDK then failed.
 		if cur, rerr := c.readItem(ctx, s.pk, s.sk); rerr == nil && cur != nil && cur.RecordVersionNumber == info.RecordVersionNumber {
@@ -224,13 +216,13 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		}
 	}
 	if err != nil {
-		if outcomeUnknown(err) || isConditionFailed(err) {
-			s.rvn = info.RecordVersionNumber
+		if wire.OutcomeUnknown(err) || wire.ConditionFailed(err) {
+			s.hb.rvn = info.RecordVersionNumber
 			s.deleteItem(context.WithoutCancel(ctx))
 		}
 		return nil, err
 	}
-	s.rvn = info.RecordVersionNumber
+	s.hb.rvn = info.RecordVersionNumber
 	s.lastGood.Store(int64(sent))
 	c.mu.Lock()
 	if c.closed {
@@ -306,7 +298,7 @@ func (s *session) giveBackLeftovers(ctx context.Context, limit int) {
 	done := 0
 	for _, item := range batch {
 		err := c.giveBack(ctx, item.pk, item.sk, item.rvn, item.counted)
-		if err != nil && !isConditionFailed(err) {
+		if err != nil && !wire.ConditionFailed(err) {
 			c.log.Warn("ddblock: could not give back a lock item left on the session; trying again after the next heartbeat",
 				"session", s.pk, "key", item.pk, "sort_key", item.sk, "err", err)
 			break
@@ -335,9 +327,7 @@ func (s *session) prepareHeartbeat() func() time.Duration {
 	if s.ended {
 		return nil
 	}
-	done := make(chan struct{})
-	s.hbDone = done
-	oldRVN, unknown := s.rvn, slices.Clone(s.unknownRVNs)
+	oldRVN, unknown, done := s.hb.start()
 	return func() time.Duration {
 		defer close(done)
 		s.heartbeat(oldRVN, unknown)
@@ -356,11 +346,10 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 	reply := c.clock.Monotonic()
 	c.opts.Metrics.HeartbeatFinished(hb.sent-last, s.lease, err)
 	s.mu.Lock()
-	s.hbDone = nil
+	s.hb.finish() // closed by prepareHeartbeat's call once this returns
 	switch {
 	case err == nil:
-		s.rvn = hb.rvn
-		s.unknownRVNs = s.unknownRVNs[:0]
+		s.hb.landed(hb.rvn)
 		s.mu.Unlock()
 		c.stats.heartbeatsSent.Add(1)
 		if reply-last >= s.lease {
@@ -382,12 +371,7 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 		}
 		s.end(why, false)
 	default:
-		if outcomeUnknown(err) {
-			if len(s.unknownRVNs) == maxUnknownHeartbeats {
-				s.unknownRVNs = append(s.unknownRVNs[:0], s.unknownRVNs[1:]...)
-			}
-			s.unknownRVNs = append(s.unknownRVNs, hb.rvn)
-		}
+		s.hb.failed(hb.rvn, err)
 		s.mu.Unlock()
 		c.stats.heartbeatsFailed.Add(1)
 		c.log.Warn("ddblock: session heartbeat failed", "session", s.pk, "err", err)
@@ -502,14 +486,15 @@ func (s *session) deleteItem(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	s.mu.Lock()
-	versions := append([]string{s.rvn}, s.unknownRVNs...)
+	rvn, unknown := s.hb.versions()
+	versions := append([]string{rvn}, unknown...)
 	s.mu.Unlock()
 	for _, rvn := range versions {
 		err := c.deleteItem(ctx, s.pk, s.sk, rvn)
 		if err == nil {
 			return
 		}
-		if !isConditionFailed(err) {
+		if !wire.ConditionFailed(err) {
 			c.log.Warn("ddblock: could not delete the session item; it expires by its TTL", "session", s.pk, "err", err)
 			return
 		}
@@ -544,7 +529,7 @@ func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, se
 // session mark.
 func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
 	hb, err = c.sendHeartbeat(ctx, pk, sk, oldRVN)
-	if err == nil || !isConditionFailed(err) {
+	if err == nil || !wire.ConditionFailed(err) {
 		return hb, err, false, nil
 	}
 	// Someone took the item, or a write of ours landed without our
@@ -563,7 +548,7 @@ func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown
 	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
 		// An earlier heartbeat landed: carry on from its version.
 		hb, err = c.sendHeartbeat(ctx, pk, sk, info.RecordVersionNumber)
-		return hb, err, err != nil && isConditionFailed(err), nil // taken since that read
+		return hb, err, err != nil && wire.ConditionFailed(err), nil // taken since that read
 	default:
 		return hb, err, true, info
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // TableAPI is the part of *dynamodb.Client that the table helpers use.
@@ -183,44 +183,29 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 }
 
 func (t TableOptions) createInput() *dynamodb.CreateTableInput {
-	in := &dynamodb.CreateTableInput{
-		TableName: aws.String(t.TableName),
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(t.PartitionKeyName), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(t.SortKeyName), KeyType: types.KeyTypeRange},
-		},
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(t.PartitionKeyName), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(t.SortKeyName), AttributeType: types.ScalarAttributeTypeS},
-		},
+	var capacity *wire.Capacity
+	if !t.OnDemand {
+		capacity = &wire.Capacity{Read: t.ReadCapacity, Write: t.WriteCapacity}
 	}
+	return t.wire().CreateTable(capacity)
+}
+
+// wire returns the table's names on the wire; no sort key for a table
+// keyed by the partition key alone.
+func (t TableOptions) wire() wire.Table {
+	w := wire.Table{Name: t.TableName, PK: t.PartitionKeyName, SK: t.SortKeyName, TTL: t.TTLAttributeName}
 	if t.PartitionKeyOnly {
-		in.KeySchema, in.AttributeDefinitions = in.KeySchema[:1], in.AttributeDefinitions[:1]
+		w.SK = ""
 	}
-	if t.OnDemand {
-		in.BillingMode = types.BillingModePayPerRequest
-	} else {
-		in.BillingMode = types.BillingModeProvisioned
-		in.ProvisionedThroughput = &types.ProvisionedThroughput{
-			ReadCapacityUnits:  aws.Int64(t.ReadCapacity),
-			WriteCapacityUnits: aws.Int64(t.WriteCapacity),
-		}
-	}
-	return in
+	return w
 }
 
 // enableTTL turns on TTL, waits for the table to be ACTIVE again, and
 // checks that TTL is on, on the TTL attribute.
 func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
-	_, err := api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName: aws.String(t.TableName),
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{
-			AttributeName: aws.String(t.TTLAttributeName),
-			Enabled:       aws.Bool(true),
-		},
-	})
+	_, err := api.UpdateTimeToLive(ctx, t.wire().EnableTTL())
 	if err != nil {
-		if isUnsupportedOperation(err) {
+		if wire.UnsupportedOperation(err) {
 			return &Error{Code: CodeTTLUnsupported, Message: "the server cannot enable TTL on table " + t.TableName +
 				"; the table is usable, but expired lock items will not be deleted by the server", Err: err}
 		}
@@ -254,9 +239,9 @@ func (s ttlState) on() bool {
 }
 
 func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, error) {
-	out, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(t.TableName)})
+	out, err := api.DescribeTimeToLive(ctx, t.wire().DescribeTTL())
 	switch {
-	case err != nil && isUnsupportedOperation(err):
+	case err != nil && wire.UnsupportedOperation(err):
 		return ttlState{unsupported: true}, nil
 	case err != nil:
 		return ttlState{}, &Error{Code: CodeUnknown, Message: "describing TTL of table " + t.TableName, Err: err}
@@ -275,9 +260,9 @@ func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, e
 // description then.
 func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.TableDescription, error) {
 	for {
-		out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+		out, err := api.DescribeTable(ctx, t.wire().DescribeTable())
 		switch {
-		case err != nil && !isTableNotFound(err):
+		case err != nil && !wire.TableNotFound(err):
 			if ctx.Err() != nil {
 				return nil, &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName, Err: context.Cause(ctx)}
 			}
@@ -293,20 +278,6 @@ func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.Table
 		case <-timer.C:
 		}
 	}
-}
-
-// isUnsupportedOperation recognises a server that does not implement an
-// operation at all (dynalite answers UnknownOperationException).
-func isUnsupportedOperation(err error) bool {
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return false
-	}
-	switch api.ErrorCode() {
-	case "UnknownOperationException", "NotImplemented":
-		return true
-	}
-	return false
 }
 
 // TableReport says what [EnsureTable] found and did.
@@ -379,10 +350,10 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 	if api == nil {
 		return report, invalidArg("TableAPI", "must not be nil")
 	}
-	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+	out, err := api.DescribeTable(ctx, t.wire().DescribeTable())
 	existed := true
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		existed = false
 		if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
 			var inUse *types.ResourceInUseException
@@ -577,9 +548,9 @@ func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOpti
 	o := c.opts
 	t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
 		o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
-	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.TableName)})
+	out, err := api.DescribeTable(ctx, t.wire().DescribeTable())
 	switch {
-	case isTableNotFound(err):
+	case wire.TableNotFound(err):
 		return report, &Error{Code: CodeTableNotFound, Message: "table " + t.TableName +
 			" does not exist (create it with EnsureTable or CreateTable)", Err: err}
 	case err != nil:

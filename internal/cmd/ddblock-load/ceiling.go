@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // keysPerWriter is how many items each ceiling writer cycles through.
@@ -70,10 +71,10 @@ func measureCeiling(ctx context.Context, ddb ddbClient, writers int, d time.Dura
 				Item: map[string]types.AttributeValue{
 					ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: ceilingKey(w, k)},
 					ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: ddblock.DefaultSortKey},
-					"owner_name":                    &types.AttributeValueMemberS{Value: "ddblock-load"},
-					"lease_duration":                &types.AttributeValueMemberN{Value: "30"},
-					"record_version_number":         &types.AttributeValueMemberS{Value: rvns[w][k]},
-					ddblock.DefaultTTLAttributeName: &types.AttributeValueMemberN{Value: expiry()},
+					wire.AttrOwnerName:              &types.AttributeValueMemberS{Value: "ddblock-load"},
+					wire.AttrLeaseDuration:          &types.AttributeValueMemberN{Value: "30"},
+					wire.AttrRVN:                    &types.AttributeValueMemberS{Value: rvns[w][k]},
+					ddblock.DefaultTTLAttributeName: &types.AttributeValueMemberN{Value: wire.Epoch(hourAhead())},
 				},
 			})
 			if err != nil {
@@ -128,27 +129,15 @@ func measureCeiling(ctx context.Context, ddb ddbClient, writers int, d time.Dura
 
 func ceilingKey(w, k int) string { return "ceiling-" + strconv.Itoa(w) + "-" + strconv.Itoa(k) }
 
-// heartbeatInput is the UpdateItem a ddblock heartbeat sends (see
-// Client.heartbeat in heartbeater.go), under the default attribute names.
+// heartbeatInput is the UpdateItem a ddblock heartbeat sends, built by
+// internal/wire as the library builds it, under the default attribute
+// names.
 func heartbeatInput(table, pk, oldRVN, newRVN string) *dynamodb.UpdateItemInput {
-	return &dynamodb.UpdateItemInput{
-		TableName: aws.String(table),
-		Key: map[string]types.AttributeValue{
-			ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: pk},
-			ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: ddblock.DefaultSortKey},
-		},
-		UpdateExpression:         aws.String("SET #rvn = :new, #ttl = :ttl"),
-		ConditionExpression:      aws.String("#rvn = :rvn"),
-		ExpressionAttributeNames: map[string]string{"#rvn": "record_version_number", "#ttl": ddblock.DefaultTTLAttributeName},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":rvn": &types.AttributeValueMemberS{Value: oldRVN},
-			":new": &types.AttributeValueMemberS{Value: newRVN},
-			":ttl": &types.AttributeValueMemberN{Value: expiry()},
-		},
-	}
+	t := wire.Table{Name: table, PK: ddblock.DefaultPartitionKeyName, SK: ddblock.DefaultSortKeyName, TTL: ddblock.DefaultTTLAttributeName}
+	return t.Heartbeat(pk, ddblock.DefaultSortKey, oldRVN, newRVN, hourAhead(), time.Time{})
 }
 
-func expiry() string { return strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10) }
+func hourAhead() time.Time { return time.Now().Add(time.Hour) }
 
 // newRVN makes a version number shaped like the library's (a dashed UUID4).
 func newRVN() string {

@@ -1,0 +1,113 @@
+package wire
+
+import (
+	"errors"
+	"net"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+// Transient reports whether a failed call is worth another attempt:
+// throttling, a server error, a timeout or a lost connection, as the
+// SDK's default retryer judges them.
+func Transient(err error) bool {
+	return err != nil && retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary
+}
+
+// Throttled reports whether err is a throttling error, as the SDK's
+// retryers tell them by default.
+func Throttled(err error) bool {
+	return err != nil && retry.IsErrorThrottles(retry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary
+}
+
+// OutcomeUnknown reports whether a failed write may nevertheless have
+// been applied. A request that never left this host cannot have been
+// (see NeverSent). Anything after the request was sent may have been: a
+// timeout or a cancel while waiting for the reply, a connection reset
+// mid-response, a 5xx. Only an answer from DynamoDB that refused the
+// write (a 4xx) says it was not applied.
+func OutcomeUnknown(err error) bool {
+	if NeverSent(err) {
+		return false
+	}
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return true // no answer at all: a timeout, a dropped connection
+	}
+	return api.ErrorFault() == smithy.FaultServer
+}
+
+// NeverSent reports whether err says the request could not be sent: the
+// connection to the endpoint was never made. Go's HTTP transport dials
+// before it writes a request, and reports a failed dial (DNS included)
+// as a *net.OpError whose Op is "dial".
+func NeverSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// ConditionFailed reports whether a write was refused by its condition.
+func ConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// TableNotFound reports whether the table (or index) does not exist.
+func TableNotFound(err error) bool {
+	var rnf *types.ResourceNotFoundException
+	return errors.As(err, &rnf)
+}
+
+// Invalid reports whether the server refused the request as malformed
+// (a ValidationException), and returns its message.
+func Invalid(err error) (msg string, ok bool) {
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
+		return api.ErrorMessage(), true
+	}
+	return "", false
+}
+
+// UnsupportedOperation reports whether the server said it has no such
+// operation: dynalite answers TransactWriteItems with
+// UnknownOperationException.
+func UnsupportedOperation(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "UnknownOperationException", "UnknownOperation", "InvalidAction", "NotImplemented":
+		return true
+	}
+	return false
+}
+
+// FailedItem reports whether a write was refused by its condition, and
+// returns the item that failed it when the server sent it back (asked
+// with ReturnValuesOnConditionCheckFailure; dynalite never sends it).
+func FailedItem(err error) (item map[string]types.AttributeValue, failed bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, false
+	}
+	return ccf.Item, true
+}
+
+// CancellationReasons returns the reasons, one per action, of a
+// cancelled transaction; false when err is no cancellation or carries
+// no reasons.
+func CancellationReasons(err error) ([]types.CancellationReason, bool) {
+	var canceled *types.TransactionCanceledException
+	if !errors.As(err, &canceled) || len(canceled.CancellationReasons) == 0 {
+		return nil, false
+	}
+	return canceled.CancellationReasons, true
+}
