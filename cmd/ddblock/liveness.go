@@ -125,12 +125,8 @@ func holderByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJSO
 	case before.RecordVersionNumber != now.RecordVersionNumber:
 		return holderJSON{State: holderLive, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("heartbeated during the %v watch", watch)}
-	case watch >= now.LeaseDuration:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no heartbeat in %v, its whole lease: a waiter may take it over", watch)}
 	default:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no heartbeat in %v", watch)}
+		return stoodStill("heartbeat", watch, now.LeaseDuration, "a waiter may take it over")
 	}
 }
 
@@ -148,12 +144,8 @@ func sessionByWatch(before, now *ddblock.LockInfo, watch time.Duration) holderJS
 	case was == nil || was.RecordVersionNumber != is.RecordVersionNumber:
 		return holderJSON{State: holderLive, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("session heartbeated during the %v watch", watch)}
-	case watch >= now.Session.LeaseDuration:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no session heartbeat in %v, its whole lease: a waiter may take it over", watch)}
 	default:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no session heartbeat in %v", watch)}
+		return stoodStill("session heartbeat", watch, now.Session.LeaseDuration, "a waiter may take it over")
 	}
 }
 
@@ -167,13 +159,20 @@ func sessionItemByWatch(before, now *ddblock.LockInfo, watch time.Duration) hold
 	case before.RecordVersionNumber != now.RecordVersionNumber:
 		return holderJSON{State: holderLive, Evidence: evidenceWatch,
 			Detail: fmt.Sprintf("session heartbeated during the %v watch", watch)}
-	case watch >= now.LeaseDuration:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no session heartbeat in %v, its whole lease: waiters may take its locks over", watch)}
 	default:
-		return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch,
-			Detail: fmt.Sprintf("no session heartbeat in %v", watch)}
+		return stoodStill("session heartbeat", watch, now.LeaseDuration, "waiters may take its locks over")
 	}
+}
+
+// stoodStill judges a holder whose item (or session item) stood unchanged
+// through the watch: presumed dead, and free to take once the watch
+// covered its whole lease.
+func stoodStill(what string, watch, lease time.Duration, takeover string) holderJSON {
+	detail := fmt.Sprintf("no %s in %v", what, watch)
+	if watch >= lease {
+		detail += ", its whole lease: " + takeover
+	}
+	return holderJSON{State: holderPresumedDead, Evidence: evidenceWatch, Detail: detail}
 }
 
 // roundAge keeps an age readable.
