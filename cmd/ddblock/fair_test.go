@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ddblock/ddblock/internal/faultproxy"
 )
 
 // Runs with --fair wait in the key's line and take the lock in the order
@@ -57,5 +59,42 @@ func TestRunFairWaitsInLine(t *testing.T) {
 	r = f.run("ls")
 	if strings.Contains(r.stdout, "WAITING IN LINE FOR") {
 		t.Errorf("ls still shows a line after every run: %v", r)
+	}
+}
+
+// A fair run's first try, made when nobody waits in line, is out of line:
+// it comes into no line (no UpdateItem, no DeleteItem) when the lock is
+// held; its conditional put fails and leaves the lock as it was. A try that came into the line
+// and left it again would let a run that came in between stand ahead of
+// it when it came back to wait (once seen as a flaky order in
+// TestRunFairWaitsInLine).
+func TestRunFairFirstTryOutOfLine(t *testing.T) {
+	needServer(t)
+	if server.External {
+		t.Skip("the fault proxy speaks plain HTTP to a local server")
+	}
+	f := newFixture(t)
+	held := f.acquire("holder", "job")
+	proxy, err := faultproxy.Start(server.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	f.endpoint = proxy.URL()
+	r := f.run("run", "--fair", "--wait", "0", "job", "--", "true")
+	if r.code != exitBusy {
+		t.Fatalf("run --fair --wait 0 on a held lock: %v; want exit %d", r, exitBusy)
+	}
+	counts := proxy.Counts()
+	if counts.ByOp["GetItem"] == 0 {
+		t.Fatalf("the run read nothing through the proxy (%v): the test does not see its calls", counts.ByOp)
+	}
+	for _, op := range []string{"UpdateItem", "DeleteItem"} {
+		if n := counts.ByOp[op]; n != 0 {
+			t.Errorf("the run made %d %s calls; want none (its one try is out of line)", n, op)
+		}
+	}
+	if info := f.lookup("job", ""); info == nil || info.OwnerName != "holder" || info.RecordVersionNumber != held.RecordVersionNumber() {
+		t.Errorf("the lock after the run's try: %+v; want holder's, unchanged", info)
 	}
 }

@@ -371,9 +371,9 @@ func (r *runner) inLine(ctx context.Context) (int, error) {
 // for it up to --wait.
 func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	start := time.Now()
-	take := func(wait time.Duration) (*ddblock.Lock, error) {
+	take := func(wait time.Duration, inLine bool) (*ddblock.Lock, error) {
 		opts := []ddblock.AcquireOption{ddblock.WithRetryTimeout(wait), ddblock.WithAdditionalAttributes(r.attrs)}
-		if r.fair {
+		if inLine {
 			opts = append(opts, ddblock.WithFairWaiting())
 		}
 		if r.sem != nil {
@@ -389,7 +389,11 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		// give it up again.
 		err = &ddblock.Error{Code: ddblock.CodeAcquireTimeout, Message: fmt.Sprintf("%d wait in line", waiting)}
 	} else {
-		lock, err = take(0)
+		// Nobody waits in line: one plain try, out of line. A fair try
+		// would come into the line and leave it when it fails; a run
+		// that came in between would then stand ahead of this one when
+		// it comes back to wait.
+		lock, err = take(0, false)
 	}
 	holder := "someone else"
 	switch {
@@ -423,7 +427,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		defer close(reported)
 		r.reportHolders(reportCtx, holder, start)
 	}()
-	lock, err = take(max(r.wait-time.Since(start), 0))
+	lock, err = take(max(r.wait-time.Since(start), 0), r.fair)
 	stopReports()
 	<-reported
 	if err == nil {
