@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Metrics receives measurements of a client's work, to be wired to any
@@ -113,9 +113,6 @@ const throttleCounterID = "ddblock.ThrottleCounter"
 // the attempts of a call.
 var retryMiddlewareID = (*retry.Attempt)(nil).ID()
 
-// throttles tells throttling errors, as the SDK's retryers do by default.
-var throttles = retry.IsErrorThrottles(retry.DefaultThrottles)
-
 // addThrottleCounter puts the counting middleware right after the retry
 // middleware in the Finalize step, so that it runs once an attempt; in a
 // stack without retries, each call is one attempt, and it goes first.
@@ -124,7 +121,7 @@ func addThrottleCounter(s *middleware.Stack, op string, m Metrics) error {
 		middleware.FinalizeOutput, middleware.Metadata, error,
 	) {
 		out, md, err := next.HandleFinalize(ctx, in)
-		if err != nil && throttles.IsErrorThrottle(err) == aws.TrueTernary {
+		if wire.Throttled(err) {
 			m.CallThrottled(op)
 		}
 		return out, md, err

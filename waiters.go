@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // waitRoom is where the goroutines of one client that wait for the same
@@ -227,7 +227,7 @@ func (r *waitRoom) done(a *acquisition, publish, put, read bool, readErr, classi
 		switch {
 		case readErr == nil:
 			kw.throttled, kw.notBefore, kw.throttle = 0, 0, nil
-		case throttles.IsErrorThrottle(readErr) == aws.TrueTernary:
+		case wire.Throttled(readErr):
 			kw.throttled++
 			limit := min(a.opts.RetryPeriod<<min(kw.throttled, 8), backoffCap*a.opts.RetryPeriod)
 			kw.notBefore = a.readSent + a.opts.RetryPeriod + rand.N(limit)
