@@ -293,6 +293,9 @@ func (r *contentionResult) print(out io.Writer) {
 	fmt.Fprintf(out, "              per contender (contender/process count): %s\n", b.String())
 	fmt.Fprintf(out, "wait:         AcquireLock called → lock returned: p50 %v / p99 %v / max %v over %d waits; %d still waiting at the end, the longest for %v (counted in the max)\n",
 		s.waits.pct(50), s.waits.pct(99), round(s.waitMax), len(s.waits), len(s.openWaits), s.openWaits.max())
+	fmt.Fprintf(out, "              begun after every contender was served once: p50 %v / p99 %v / max %v over %d waits\n", s.steadyWaits.pct(50), s.steadyWaits.pct(99), s.steadyWaits.max(), len(s.steadyWaits))
+	fmt.Fprintf(out, "order:        at most %d acquisitions by others inside one wait (K−1 = %d when served in arrival order)\n", s.overtaken, s.mostContenders()-1)
+	fmt.Fprintf(out, "hold:         AcquireLock returned → Release called: p50 %v / p99 %v / max %v\n", s.holds.pct(50), s.holds.pct(99), s.holds.max())
 	fmt.Fprintf(out, "streak:       longest %d acquisitions in a row by contender %d (key %s)\n", s.streak, s.streakBy, s.streakKey)
 	fmt.Fprintf(out, "handoff:      Release called → the next holder's AcquireLock returned: p50 %v / p99 %v / max %v over %d handoffs, %d of them back to the releaser; %d overlaps\n",
 		s.handoffs.pct(50), s.handoffs.pct(99), s.handoffs.max(), len(s.handoffs), s.handoffSelf, s.overlaps)
@@ -355,6 +358,22 @@ type jsonContention struct {
 	HandoffsOther     int     `json:"handoffs_other"`
 	HandoffsToSelf    int     `json:"handoffs_to_self"`
 	Overlaps          int     `json:"overlaps"`
+	// OvertakenMax is the most acquisitions of a key by others inside
+	// one wait: at most K−1 (contenders of the key less one) when
+	// waiters are served in arrival order.
+	OvertakenMax int `json:"overtaken_max"`
+	// The waits begun after every contender was served once (the start,
+	// where all come at once, left out).
+	SteadyWaitP50S float64 `json:"steady_wait_p50_s"`
+	SteadyWaitP99S float64 `json:"steady_wait_p99_s"`
+	SteadyWaitMaxS float64 `json:"steady_wait_max_s"`
+	SteadyWaits    int     `json:"steady_waits"`
+	// The holds, AcquireLock returned to Release called: the hold asked
+	// for (--hold) plus however late the contender's timer and goroutine
+	// ran.
+	HoldP50Ms float64 `json:"hold_p50_ms"`
+	HoldP99Ms float64 `json:"hold_p99_ms"`
+	HoldMaxMs float64 `json:"hold_max_ms"`
 	// PerKey is each key's figures; reads are GetItem calls sent by all
 	// its contenders in the window, writes PutItem, UpdateItem and
 	// DeleteItem calls, per second.
@@ -392,6 +411,10 @@ func (r *contentionResult) json(server string) jsonContention {
 		Handoffs:          len(s.handoffs),
 		HandoffOtherP50Ms: ms(s.handoffOther.pct(50)), HandoffOtherP99Ms: ms(s.handoffOther.pct(99)), HandoffsOther: len(s.handoffOther),
 		HandoffsToSelf: s.handoffSelf, Overlaps: s.overlaps,
+		OvertakenMax:   s.overtaken,
+		SteadyWaitP50S: s.steadyWaits.pct(50).Seconds(), SteadyWaitP99S: s.steadyWaits.pct(99).Seconds(),
+		SteadyWaitMaxS: s.steadyWaits.max().Seconds(), SteadyWaits: len(s.steadyWaits),
+		HoldP50Ms: ms(s.holds.pct(50)), HoldP99Ms: ms(s.holds.pct(99)), HoldMaxMs: ms(s.holds.max()),
 		AcquireErrors: s.acquireErrors, ReleaseErrors: s.releaseErrors,
 		LoadAverageStart: r.loadStart, LoadAverageEnd: r.loadEnd,
 	}

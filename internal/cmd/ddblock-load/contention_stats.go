@@ -63,6 +63,11 @@ type keyStats struct {
 	handoffsOther durations // those to another contender than the releaser
 	handoffToSelf int       // handoffs where the releaser took the key again
 	overlaps      int       // the next holder had it before the previous called Release
+	// overtaken is the most acquisitions of the key by others inside one
+	// wait (completed or cut short by the window's end): K−1 at most
+	// when waiters are served in arrival order, whatever the machine's
+	// speed.
+	overtaken int
 }
 
 // contentionStats are the scenario's figures.
@@ -77,6 +82,12 @@ type contentionStats struct {
 	waits        durations // completed waits: AcquireLock called → lock returned
 	openWaits    durations // waits still open at the window's end, up to the end
 	waitMax      time.Duration
+	holds        durations // AcquireLock returned → Release called
+	// steadyWaits are the completed waits begun after every contender
+	// had its first acquisition: without the start, where all come at
+	// once to a server not yet warm.
+	steadyWaits  durations
+	overtaken    int // the most over the keys (keyStats.overtaken)
 	streak       int // the longest over the keys
 	streakBy     int
 	streakKey    string
@@ -88,6 +99,15 @@ type contentionStats struct {
 
 	acquireErrors, releaseErrors int
 	firstError                   string
+}
+
+// mostContenders is the most contenders of one key.
+func (s contentionStats) mostContenders() int {
+	most := 0
+	for _, k := range s.keys {
+		most = max(most, k.contenders)
+	}
+	return most
 }
 
 // jainIndex is Jain's fairness index of xs: (Σx)² / (n·Σx²). It is 1
@@ -157,6 +177,32 @@ func handoffsOf(events []keyedEvent) (hs, others durations, toSelf, overlaps int
 	return hs, others, toSelf, overlaps
 }
 
+// overtakenIn takes one key's acquisitions in the order they were made
+// (by Acquired) and the starts of the waits the window's end cut short,
+// and returns the most acquisitions made inside one wait: after the
+// wait began, before it ended. A contender does not acquire while it
+// waits, so all of them are by others.
+func overtakenIn(events []keyedEvent, openWaits []int64) int {
+	// after is how many acquisitions come after time t.
+	after := func(t int64) int {
+		i, _ := slices.BinarySearchFunc(events, t, func(e keyedEvent, t int64) int {
+			if e.Acquired <= t {
+				return -1
+			}
+			return 1
+		})
+		return len(events) - i
+	}
+	most := 0
+	for i, e := range events {
+		most = max(most, after(e.WaitStart)-(len(events)-i))
+	}
+	for _, w := range openWaits {
+		most = max(most, after(w))
+	}
+	return most
+}
+
 // aggregate computes the figures of the window [start, end) from every
 // contender's report. Acquisitions outside the window are ignored; a
 // contender with none still counts (as 0) in the fairness index.
@@ -167,6 +213,7 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 	byKey := map[string][]keyedEvent{}
 	contendersOf := map[string]int{}
 	calls := map[string]wireCounts{}
+	openWaitsOf := map[string][]int64{}
 	for _, r := range reports {
 		n := 0
 		for _, e := range r.Acquisitions {
@@ -175,10 +222,14 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 			}
 			n++
 			s.waits = append(s.waits, time.Duration(e.Acquired-e.WaitStart))
+			if e.ReleaseStart > e.Acquired {
+				s.holds = append(s.holds, time.Duration(e.ReleaseStart-e.Acquired))
+			}
 			byKey[r.Key] = append(byKey[r.Key], keyedEvent{e, r.ID})
 		}
 		if r.OpenWait != 0 && r.OpenWait < end {
 			s.openWaits = append(s.openWaits, time.Duration(end-max(r.OpenWait, start)))
+			openWaitsOf[r.Key] = append(openWaitsOf[r.Key], r.OpenWait)
 		}
 		s.contenders = append(s.contenders, r.ID)
 		s.perContender = append(s.perContender, n)
@@ -202,6 +253,28 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 		s.minAcq, s.maxAcq = slices.Min(s.perContender), slices.Max(s.perContender)
 	}
 	s.jain = jainIndex(s.perContender)
+	var firstRound int64 // when the last contender to be served was served first
+	for _, r := range reports {
+		first := int64(0)
+		for _, e := range r.Acquisitions {
+			if e.Acquired >= start && e.Acquired < end {
+				first = e.Acquired
+				break
+			}
+		}
+		if first == 0 {
+			firstRound = end // someone never served: no steady state
+			break
+		}
+		firstRound = max(firstRound, first)
+	}
+	for _, r := range reports {
+		for _, e := range r.Acquisitions {
+			if e.Acquired >= start && e.Acquired < end && e.WaitStart >= firstRound {
+				s.steadyWaits = append(s.steadyWaits, time.Duration(e.Acquired-e.WaitStart))
+			}
+		}
+	}
 	s.waitMax = max(slicesMax(s.waits), slicesMax(s.openWaits))
 
 	keys := make([]string, 0, len(contendersOf))
@@ -220,6 +293,8 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 		ks := keyStats{key: k, contenders: contendersOf[k], acquisitions: len(ev)}
 		ks.streak, ks.streakBy = longestStreak(who)
 		ks.handoffs, ks.handoffsOther, ks.handoffToSelf, ks.overlaps = handoffsOf(ev)
+		ks.overtaken = overtakenIn(ev, openWaitsOf[k])
+		s.overtaken = max(s.overtaken, ks.overtaken)
 		if secs > 0 {
 			ks.readsPerS = float64(calls[k].Get) / secs
 			ks.writesPerS = float64(calls[k].writes()) / secs

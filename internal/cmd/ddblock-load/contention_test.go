@@ -96,6 +96,30 @@ func TestHandoffsOf(t *testing.T) {
 	}
 }
 
+// The most acquisitions by others inside one wait: a FIFO line gives
+// K−1, a waiter passed over again and again more.
+func TestOvertakenIn(t *testing.T) {
+	e := func(who int, w, a int64) keyedEvent { return keyedEvent{acqEvent{WaitStart: w, Acquired: a}, who} }
+	inOrder := []keyedEvent{ // three contenders in turn, each waiting for the two others
+		e(0, 0, 10), e(1, 1, 20), e(2, 2, 30), e(0, 11, 40), e(1, 21, 50), e(2, 31, 60),
+	}
+	if got := overtakenIn(inOrder, nil); got != 2 {
+		t.Errorf("three in turn: %d; want 2", got)
+	}
+	passedOver := []keyedEvent{ // 2 waits from 0 while 0 and 1 take turns
+		e(0, 0, 10), e(1, 1, 20), e(0, 11, 30), e(1, 21, 40), e(2, 0, 50),
+	}
+	if got := overtakenIn(passedOver, nil); got != 4 {
+		t.Errorf("one passed over four times: %d; want 4", got)
+	}
+	if got := overtakenIn(inOrder, []int64{15}); got != 5 {
+		t.Errorf("a wait open since 15: %d; want 5 (the acquisitions at 20 to 60)", got)
+	}
+	if got := overtakenIn(nil, []int64{5}); got != 0 {
+		t.Errorf("no acquisitions: %d; want 0", got)
+	}
+}
+
 // The parent's aggregation of what the workers reported: per contender
 // counts (a contender that never won counts as 0), waits with the open
 // ones in the max, streaks and handoffs per key in acquire order across
@@ -168,8 +192,35 @@ func TestAggregate(t *testing.T) {
 	if b.key != "b" || b.contenders != 1 || b.acquisitions != 2 || b.readsPerS != 0 || b.writesPerS != 4 || b.streak != 2 || b.streakBy != 3 || len(b.handoffs) != 1 {
 		t.Errorf("key b: %+v", b)
 	}
+	if a.overtaken != 4 || b.overtaken != 0 || s.overtaken != 4 {
+		t.Errorf("overtaken: key a %d, key b %d, most %d; want 4 (c2's open wait saw every acquisition of a), 0, 4", a.overtaken, b.overtaken, s.overtaken)
+	}
+	// c2 was never served: no wait is past the first round.
+	if len(s.steadyWaits) != 0 {
+		t.Errorf("steady waits %v; want none (contender 2 never served)", s.steadyWaits)
+	}
+	if len(s.holds) != 6 || s.holds.min() != 30*time.Millisecond || s.holds.max() != 30*time.Millisecond {
+		t.Errorf("holds %v; want six of 30ms", s.holds)
+	}
 	if s.acquireErrors != 1 || s.releaseErrors != 2 || s.firstError != "boom" {
 		t.Errorf("errors %d acquire, %d release, first %q; want 1, 2, boom", s.acquireErrors, s.releaseErrors, s.firstError)
+	}
+}
+
+// The steady waits leave out those begun before every contender was
+// served once.
+func TestAggregateSteadyWaits(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	ev := func(w, a, r, d int64) acqEvent { return acqEvent{w * ms, a * ms, r * ms, d * ms} }
+	reports := []contenderReport{
+		{ID: 0, Key: "k", Acquisitions: []acqEvent{ev(0, 10, 20, 21), ev(21, 40, 50, 51), ev(51, 60, 70, 71)}},
+		{ID: 1, Key: "k", Acquisitions: []acqEvent{ev(1, 30, 38, 39), ev(39, 80, 90, 91)}},
+	}
+	s := aggregate(reports, 0, 100*ms)
+	got := slices.Clone(s.steadyWaits)
+	slices.Sort(got)
+	if want := scale(durations{9, 41}, time.Millisecond); !slices.Equal(got, want) {
+		t.Errorf("steady waits %v; want %v (begun at 51 and 39 ms, after the first round ended at 30 ms)", got, want)
 	}
 }
 
