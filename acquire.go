@@ -210,9 +210,6 @@ type acquisition struct {
 	readSent time.Duration   // when this acquisition's last read of the item was sent
 	// backoffErr is the throttle that the key's reads are backing off from.
 	backoffErr error
-	// line is this waiter's place in the key's line of fair waiters
-	// (line.go); nil unless it waits fairly.
-	line *line
 }
 
 // attempt makes one try. It returns the lock when acquired, an error

@@ -34,8 +34,12 @@ import (
 //     first ticket (the head) goes on to try the lock, by the
 //     acquisition's own rules (a free lock is put; a held one is read
 //     and taken over only after standing unchanged for its lease on the
-//     waiter's own monotonic clock). The second in line also reads the
-//     lock, to time the head. The others read the line alone.
+//     waiter's own monotonic clock). The head tries four times a period
+//     (headPolls), reading the line at most once a period: every place
+//     in line costs one handoff, from the holder's release to the head
+//     seeing it, and with one look a period that is half a period on
+//     average. The second in line also reads the lock once a period, to
+//     time the head. The others read the line alone.
 //   - Leaving: after winning, or giving up, the waiter removes its
 //     ticket with one conditional write (DeleteItem when it is alone).
 //   - A head that does not take its turn: the second in line remembers
@@ -66,7 +70,8 @@ import (
 // turn by the next one. Writes per wait: the append, the removal of the
 // waiter's own ticket, and, rarely, the removal of a head that did not
 // take its turn or a second append after losing its place. Reads: one
-// of the line per retry period, and of the lock for the first two.
+// of the line per retry period each, and of the lock four a period for
+// the head and one for the second.
 
 const (
 	// lineKeyPrefix starts every line item's partition key; lock keys
@@ -136,6 +141,10 @@ type line struct {
 	entered bool
 	index   int
 	alone   bool
+	// period is the waiter's retry period; readSent when its last read
+	// of the line (or append) that answered was sent, monotonic.
+	period   time.Duration
+	readSent time.Duration
 	// The second in line's watch of the head: the pair it saw, when it
 	// first saw it (monotonic, after the reply), and the sending of the
 	// latest read that showed it still.
@@ -156,7 +165,7 @@ func lineKeyFor(pk, sk string) (string, string) { return lineKeyPrefix + pk, sk 
 
 func (c *Client) newLine(pk, sk string, retryPeriod time.Duration) *line {
 	lpk, lsk := lineKeyFor(pk, sk)
-	return &line{c: c, pk: lpk, sk: lsk, index: -1, ticket: Ticket{
+	return &line{c: c, pk: lpk, sk: lsk, index: -1, period: retryPeriod, ticket: Ticket{
 		ID:        newRecordVersionNumber(),
 		OwnerName: c.opts.OwnerName,
 		Since:     c.clock.Now(),
@@ -182,18 +191,28 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 		// reply tells the place. Once tried, the ticket may be in, even
 		// when the call failed: leave looks for it.
 		l.entered = true
+		sent := l.c.clock.Monotonic()
 		n, err := l.enqueue(ctx)
 		if err != nil {
 			return false, err
 		}
+		l.readSent = sent
 		l.index, l.alone = n-1, n == 1
 		return l.index == 0, nil
 	}
 	sent := l.c.clock.Monotonic()
+	if l.index == 0 && sent-l.readSent < l.period {
+		// First in line, as read less than a period ago: only the next
+		// waiter can take that place, and only after a grace of three
+		// periods (see the head's removal above). The head tries
+		// headPolls times a period and reads the line once.
+		return true, nil
+	}
 	tickets, err := l.read(ctx)
 	if err != nil {
 		return false, err
 	}
+	l.readSent = sent
 	l.index, l.alone = -1, len(tickets) == 1
 	for i, t := range tickets {
 		if t.ID == l.ticket.ID {
@@ -246,6 +265,10 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 	l.watched, l.index, l.alone = "", 0, false
 	return true, nil
 }
+
+// first reports whether the waiter was first in line when it last
+// looked.
+func (l *line) first() bool { return l != nil && l.entered && l.index == 0 }
 
 // read reads the line's tickets, strongly consistent.
 func (l *line) read(ctx context.Context) ([]Ticket, error) {

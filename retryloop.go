@@ -20,7 +20,17 @@ type retryLoop struct {
 	start    time.Duration
 	attempts int
 	lastErr  error // the last attempt's transient failure, if it failed
+	// line is the waiter's place in the line of fair waiters of what it
+	// acquires (line.go); nil unless it waits fairly.
+	line *line
 }
+
+// headPolls is how many times a period the first in a line of fair
+// waiters tries: it alone may take the lock, so how soon it sees a
+// release is the line's handoff, and every waiter behind it waits
+// through one handoff per place. Its reads of the line stay at one a
+// period (see line.turn).
+const headPolls = 4
 
 // retryTarget is what one kind of acquire brings to the loop.
 type retryTarget interface {
@@ -90,6 +100,9 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		wake := r.start + time.Duration(scheduled)*opts.RetryPeriod
 		if wake > r.start+opts.RetryTimeout {
 			return nil, r.giveUp(t)
+		}
+		if r.line.first() {
+			wake = min(wake, c.clock.Monotonic()+opts.RetryPeriod/headPolls)
 		}
 		if err := r.sleep(ctx, t, wake); err != nil {
 			return nil, err

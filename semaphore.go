@@ -241,7 +241,6 @@ type semaphoreAcquire struct {
 	retryLoop
 	s    *Semaphore
 	opts AcquireOptions
-	line *line // the semaphore's line of fair waiters; nil unless fair
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
