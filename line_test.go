@@ -343,7 +343,8 @@ func (c *lineCounting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemIn
 // A fair wait costs a bounded number of writes, however long it lasts:
 // the append and the leaving (at most three in all), and on the lock a
 // put when first in line, the put that takes it and the release; waiting
-// itself costs reads only.
+// itself costs reads only: the line's once a period, and the lock's four
+// times a period for the head, once for the second in line.
 func TestFairWaitWritesAreBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -374,9 +375,20 @@ func TestFairWaitWritesAreBounded(t *testing.T) {
 		if w := cc.lineWrites.Load() + cc.lockWrites.Load(); w < 1 || w > 2 {
 			t.Errorf("w%d wrote %d times while waiting; want its coming into line, and a put on the lock when first in line", i, w)
 		}
-		if r := cc.lineReads.Load(); r < 15 {
+		if r := cc.lineReads.Load(); r < 15 || r > 22 {
 			t.Errorf("w%d read its line %d times in 20 retry periods; want one a period", i, r)
 		}
+	}
+	// The head looks at the lock four times a period, the second once
+	// (to time the head), the third never past its first turn.
+	if r := counts[0].lockReads.Load(); r < 60 || r > 84 {
+		t.Errorf("the head read the lock %d times in 20 retry periods; want four a period", r)
+	}
+	if r := counts[1].lockReads.Load(); r < 15 || r > 22 {
+		t.Errorf("the second in line read the lock %d times in 20 retry periods; want one a period", r)
+	}
+	if r := counts[2].lockReads.Load(); r > 3 {
+		t.Errorf("the third in line read the lock %d times in 20 retry periods; want none after its first turn", r)
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
