@@ -237,9 +237,9 @@ func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) erro
 // deadline passed; either wraps context.Cause(ctx), so
 // errors.Is(err, context.Canceled) or errors.Is(err,
 // context.DeadlineExceeded) tells them apart too. It returns
-// CodeClientShutdown when the client is closed, CodeInvalidArgument when
-// this Election already leads (or is a zero Election), and the errors of
-// AcquireLock otherwise. The leadership's context derives from ctx's
+// CodeClientShutdown when the client is closed, CodeAlreadyHeld when
+// this Election already leads, CodeInvalidArgument for a zero Election,
+// and the errors of AcquireLock otherwise. The leadership's context derives from ctx's
 // values, not its deadline: a Campaign bounded by a timeout does not
 // bound the leadership.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
@@ -254,7 +254,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	e.mu.Unlock()
 	// Asked outside e.mu: the context's Err checks the lock (locks.go).
 	if cur != nil && cur.ctx.Err() == nil {
-		return nil, invalidArg("Election", "already leads: Resign first")
+		return nil, &Error{Code: CodeAlreadyHeld, Message: "this Election already leads: Resign first", PartitionKey: e.name}
 	}
 	if err := e.waitHandover(ctx); err != nil {
 		return nil, err

@@ -86,8 +86,8 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 		default:
 		}
 	}
-	if _, err := e1.Campaign(ctx, "again"); ddblock.CodeOf(err) != ddblock.CodeInvalidArgument {
-		t.Errorf("a second Campaign while leading: %v; want INVALID_ARGUMENT", err)
+	if _, err := e1.Campaign(ctx, "again"); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+		t.Errorf("a second Campaign while leading: %v; want ALREADY_HELD", err)
 	}
 	if err := e1.Resign(ctx); err != nil {
 		t.Fatal(err)
