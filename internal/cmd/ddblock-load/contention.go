@@ -293,7 +293,8 @@ func (r *contentionResult) print(out io.Writer) {
 	fmt.Fprintf(out, "              per contender (contender/process count): %s\n", b.String())
 	fmt.Fprintf(out, "wait:         AcquireLock called → lock returned: p50 %v / p99 %v / max %v over %d waits; %d still waiting at the end, the longest for %v (counted in the max)\n",
 		s.waits.pct(50), s.waits.pct(99), round(s.waitMax), len(s.waits), len(s.openWaits), s.openWaits.max())
-	fmt.Fprintf(out, "              begun after every contender was served once: p50 %v / p99 %v / max %v over %d waits\n", s.steadyWaits.pct(50), s.steadyWaits.pct(99), s.steadyWaits.max(), len(s.steadyWaits))
+	fmt.Fprintf(out, "              begun after every contender was served once: p50 %v / p99 %v / max %v over %d waits; the first acquisition came %v after the window opened\n",
+		s.steadyWaits.pct(50), s.steadyWaits.pct(99), s.steadyWaits.max(), len(s.steadyWaits), s.firstAcquired.Round(time.Microsecond))
 	fmt.Fprintf(out, "order:        at most %d acquisitions by others inside one wait (K−1 = %d when served in arrival order)\n", s.overtaken, s.mostContenders()-1)
 	fmt.Fprintf(out, "hold:         AcquireLock returned → Release called: p50 %v / p99 %v / max %v\n", s.holds.pct(50), s.holds.pct(99), s.holds.max())
 	fmt.Fprintf(out, "streak:       longest %d acquisitions in a row by contender %d (key %s)\n", s.streak, s.streakBy, s.streakKey)
@@ -368,6 +369,9 @@ type jsonContention struct {
 	SteadyWaitP99S float64 `json:"steady_wait_p99_s"`
 	SteadyWaitMaxS float64 `json:"steady_wait_max_s"`
 	SteadyWaits    int     `json:"steady_waits"`
+	// FirstAcquiredMs is how long after the window opened the first
+	// acquisition came.
+	FirstAcquiredMs float64 `json:"first_acquired_ms"`
 	// The holds, AcquireLock returned to Release called: the hold asked
 	// for (--hold) plus however late the contender's timer and goroutine
 	// ran.
@@ -414,7 +418,8 @@ func (r *contentionResult) json(server string) jsonContention {
 		OvertakenMax:   s.overtaken,
 		SteadyWaitP50S: s.steadyWaits.pct(50).Seconds(), SteadyWaitP99S: s.steadyWaits.pct(99).Seconds(),
 		SteadyWaitMaxS: s.steadyWaits.max().Seconds(), SteadyWaits: len(s.steadyWaits),
-		HoldP50Ms: ms(s.holds.pct(50)), HoldP99Ms: ms(s.holds.pct(99)), HoldMaxMs: ms(s.holds.max()),
+		FirstAcquiredMs: ms(s.firstAcquired),
+		HoldP50Ms:       ms(s.holds.pct(50)), HoldP99Ms: ms(s.holds.pct(99)), HoldMaxMs: ms(s.holds.max()),
 		AcquireErrors: s.acquireErrors, ReleaseErrors: s.releaseErrors,
 		LoadAverageStart: r.loadStart, LoadAverageEnd: r.loadEnd,
 	}

@@ -86,16 +86,20 @@ type contentionStats struct {
 	// steadyWaits are the completed waits begun after every contender
 	// had its first acquisition: without the start, where all come at
 	// once to a server not yet warm.
-	steadyWaits  durations
-	overtaken    int // the most over the keys (keyStats.overtaken)
-	streak       int // the longest over the keys
-	streakBy     int
-	streakKey    string
-	handoffs     durations // every key's
-	handoffOther durations // every key's, to another contender than the releaser
-	handoffSelf  int
-	overlaps     int
-	keys         []keyStats // by key name
+	steadyWaits durations
+	// firstAcquired is how long after the window opened the first
+	// acquisition of any key came: with every contender starting at
+	// once, the whole first round waits for it.
+	firstAcquired time.Duration
+	overtaken     int // the most over the keys (keyStats.overtaken)
+	streak        int // the longest over the keys
+	streakBy      int
+	streakKey     string
+	handoffs      durations // every key's
+	handoffOther  durations // every key's, to another contender than the releaser
+	handoffSelf   int
+	overlaps      int
+	keys          []keyStats // by key name
 
 	acquireErrors, releaseErrors int
 	firstError                   string
@@ -253,6 +257,17 @@ func aggregate(reports []contenderReport, start, end int64) contentionStats {
 		s.minAcq, s.maxAcq = slices.Min(s.perContender), slices.Max(s.perContender)
 	}
 	s.jain = jainIndex(s.perContender)
+	firstAny := int64(0)
+	for _, r := range reports {
+		for _, e := range r.Acquisitions {
+			if e.Acquired >= start && e.Acquired < end && (firstAny == 0 || e.Acquired < firstAny) {
+				firstAny = e.Acquired
+			}
+		}
+	}
+	if firstAny != 0 {
+		s.firstAcquired = time.Duration(firstAny - start)
+	}
 	var firstRound int64 // when the last contender to be served was served first
 	for _, r := range reports {
 		first := int64(0)

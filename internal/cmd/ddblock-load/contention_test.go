@@ -222,6 +222,9 @@ func TestAggregateSteadyWaits(t *testing.T) {
 	if want := scale(durations{9, 41}, time.Millisecond); !slices.Equal(got, want) {
 		t.Errorf("steady waits %v; want %v (begun at 51 and 39 ms, after the first round ended at 30 ms)", got, want)
 	}
+	if s.firstAcquired != 10*time.Millisecond {
+		t.Errorf("first acquisition %v after the window opened; want 10ms", s.firstAcquired)
+	}
 }
 
 func scale(d durations, unit time.Duration) durations {
