@@ -257,10 +257,12 @@ func libError(err error, table string) error {
 	case ddblock.CodeInvalidArgument:
 		// Settings or arguments that cannot work.
 		return fail(exitUsage, "%v", err)
-	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch, ddblock.CodeTableUnsafe:
-		// The table exists, but not as configured (or is an unsafe
-		// global table); or a semaphore has another number of slots
-		// than the one given.
+	case ddblock.CodeTableUnsafe:
+		// The library's advice names its option; ddblock's is a flag.
+		return fail(exitConfig, "%s", strings.Replace(err.Error(), "say so with WithSingleRegionWrites", "say so with --single-region-writes", 1))
+	case ddblock.CodeTableMismatch, ddblock.CodeSemaphoreMismatch:
+		// The table exists, but not as configured; or a semaphore has
+		// another number of slots than the one given.
 		return fail(exitConfig, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)

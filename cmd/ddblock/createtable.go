@@ -24,7 +24,10 @@ Makes sure the lock table is there and fits, and is safe to run at every
 deploy: creates the table if it is missing (on demand, unless capacities
 are given), waits until it is ACTIVE, enables TTL where the server can, and
 checks that an existing table has the keys ddblock is configured for,
-saying what differs (exit 78) when it does not.`
+saying what differs (exit 78) when it does not. A global table replicated
+with eventual consistency (MREC) is refused (exit 78): two regions could
+both grant one lock. --single-region-writes accepts it when every client
+writes through one region.`
 
 func cmdEnsureTable(ctx context.Context, env *environ, args []string) error {
 	return tableCommand(ctx, env, args, true)
@@ -44,6 +47,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 		read, write int64
 		poll        time.Duration
 		ifNotExists bool
+		oneRegion   bool
 	)
 	name, about := "create-table", createTableAbout
 	if ensure {
@@ -55,6 +59,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 	f.Int64Var(&read, "read-capacity", 5, "provisioned read capacity units")
 	f.Int64Var(&write, "write-capacity", 5, "provisioned write capacity units")
 	f.DurationVar(&poll, "poll-interval", 2*time.Second, "how often to look whether the table is ACTIVE yet")
+	f.BoolVar(&oneRegion, "single-region-writes", false, "accept a global table replicated with eventual consistency (MREC),\nrefused otherwise: every client of the table writes through one and the same region")
 	if !ensure {
 		f.BoolVar(&ifNotExists, "if-not-exists", false, "succeed when the table exists already with the same keys\n(then only TTL is enabled, if it is off): the same as ensure-table")
 	}
@@ -78,6 +83,9 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 	opts := []ddblock.TableOption{
 		ddblock.WithNamesFromOptions(conn.tableNames()),
 		ddblock.WithPollInterval(poll),
+	}
+	if oneRegion {
+		opts = append(opts, ddblock.WithSingleRegionWrites())
 	}
 	billing := "on-demand"
 	if onDemand {
