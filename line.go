@@ -262,7 +262,10 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 		return false, err
 	}
 	l.c.log.Info("ddblock: removed a fair waiter that let its turn pass", "line", l.pk, "waiter", head.OwnerName)
-	l.watched, l.index, l.alone = "", 0, false
+	// Alone now if the line was the head and this waiter: then leaving
+	// takes the item with it (should someone have come since, that
+	// delete fails its condition and leave removes the ticket alone).
+	l.watched, l.index, l.alone = "", 0, len(tickets) == 2
 	return true, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -258,6 +259,16 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	}
 	if got := tickets(t, holder, "k"); len(got) != 0 {
 		t.Errorf("line after: %v; want none", got)
+	}
+	// The remover, alone once the dead ticket was out, took the line
+	// item with it when it left: no empty line is left to the TTL.
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"lock_key": &types.AttributeValueMemberS{Value: "ddblock_line#k"},
+			"sort_key": &types.AttributeValueMemberS{Value: "-"},
+		}})
+	if err != nil || out.Item != nil {
+		t.Errorf("the line item after everyone left: %v, %v; want none", out.Item, err)
 	}
 	dd.dead.Store(false)
 }
