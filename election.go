@@ -239,9 +239,9 @@ func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) erro
 // context.DeadlineExceeded) tells them apart too. It returns
 // CodeClientShutdown when the client is closed, CodeAlreadyHeld when
 // this Election already leads, CodeInvalidArgument for a zero Election,
-// and the errors of AcquireLock otherwise. The leadership's context derives from ctx's
-// values, not its deadline: a Campaign bounded by a timeout does not
-// bound the leadership.
+// and the errors of AcquireLock otherwise. The leadership's context
+// derives from ctx's values, not its deadline: a Campaign bounded by a
+// timeout does not bound the leadership.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
