@@ -162,8 +162,12 @@ func TestSupervisorEvents(t *testing.T) {
 			if released := f.lookup("job", "-") == nil; released != tc.released {
 				t.Errorf("lock released: %v, want %v", released, tc.released)
 			}
-			if killed := processGone(pgid); killed != tc.killed {
-				t.Errorf("the command's group killed: %v, want %v", killed, tc.killed)
+			// A SIGKILL sent is acted on when the process next runs:
+			// on a busy machine, after exit returns.
+			if tc.killed {
+				eventually(t, "the command's group to be killed", func() bool { return processGone(pgid) })
+			} else if processGone(pgid) {
+				t.Errorf("the command's group was killed, want it left alone")
 			}
 		})
 	}
