@@ -103,6 +103,7 @@ const (
 	// (partition key and sort key) that this client holds already. It
 	// is answered at once: waiting could only end in ACQUIRE_TIMEOUT.
 	// The held lock is untouched; find it with [Client.HeldLocks].
+	// [Election.Campaign] answers it too while the Election leads.
 	CodeAlreadyHeld Code = "ALREADY_HELD"
 )
 
