@@ -357,11 +357,22 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 			return false, err
 		}
 	}
-	_, err = c.ddb.UpdateItem(ctx, c.wire().Dequeue(l.pk, l.sk, id, i), c.throttleWatch("UpdateItem")...)
+	out, err := c.ddb.UpdateItem(ctx, c.wire().Dequeue(l.pk, l.sk, id, i), c.throttleWatch("UpdateItem")...)
 	if wire.ConditionFailed(err) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	if list, ok := out.Attributes[attrLine].(*types.AttributeValueMemberL); ok && len(list.Value) == 0 {
+		// This removal emptied the line (whoever made it thought others
+		// were in it): the item goes too, unless someone came since.
+		// Best effort: an empty line left behind goes with its TTL.
+		if _, err := c.ddb.DeleteItem(ctx, c.wire().DeleteEmptyLine(l.pk, l.sk), c.throttleWatch("DeleteItem")...); err != nil && !wire.ConditionFailed(err) {
+			c.log.Warn("ddblock: could not delete an empty fair waiters' line; it goes with its TTL", "line", l.pk, "err", err)
+		}
+	}
+	return true, nil
 }
 
 // leave takes this waiter's ticket out of the line, best effort, on a

@@ -273,6 +273,79 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	dd.dead.Store(false)
 }
 
+// A head that last saw another waiter behind it, who then gave up, and
+// that takes the lock before it reads the line again, leaves by removing
+// its ticket from a line it thinks others are in: that removal empties
+// the line, and the item goes with it instead of being left to the TTL.
+func TestFairLineItemGoesWithTheLastWaiter(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	ca := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("a"))...)
+	waitForSleepers(t, clk, 1)
+	a := startFair(ca, "a", "k")
+	waitForSleepers(t, clk, 2)
+	cb := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("b"))...)
+	waitForSleepers(t, clk, 3)
+	start := clk.Monotonic()
+	// stepTo advances from timer to timer up to at (fake, since start),
+	// waiting for `sleepers` pending timers before each step.
+	stepTo := func(at time.Duration, sleepers func() int) {
+		t.Helper()
+		for {
+			waitFor(t, "the waiters to sleep", func() bool { return clk.Timers() >= sleepers() })
+			next, ok := clk.NextDeadline()
+			if !ok || clk.Monotonic()+next-start > at {
+				return
+			}
+			clk.AdvanceToNext()
+		}
+	}
+	three := func() int { return 3 }
+	// a, the head, reads the line at 0 (its append) and 100 ms; b comes
+	// at 50 ms and gives up after its attempt at 150 ms.
+	stepTo(50*time.Millisecond, three)
+	b := startFair(cb, "b", "k", ddblock.WithRetryTimeout(fairRetry+fairRetry/2))
+	waitFor(t, "b to come into the line", func() bool { return fmt.Sprint(tickets(t, holder, "k")) == "[a b]" })
+	stepTo(160*time.Millisecond, func() int {
+		if b.finished() {
+			return 3
+		}
+		return 4
+	})
+	<-b.done
+	if !errors.Is(b.err, ddblock.ErrAcquireTimeout) {
+		t.Fatalf("b: %v; want ACQUIRE_TIMEOUT", b.err)
+	}
+	if got := fmt.Sprint(tickets(t, holder, "k")); got != "[a]" {
+		t.Fatalf("line after b gave up: %s; want [a]", got)
+	}
+	// Free before a's next look (175 ms), which does not read the line.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stepWhile(t, clk, three, func() bool { return !a.finished() }, time.Minute)
+	if a.err != nil {
+		t.Fatalf("a: %v", a.err)
+	}
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"lock_key": &types.AttributeValueMemberS{Value: "ddblock_line#k"},
+			"sort_key": &types.AttributeValueMemberS{Value: "-"},
+		}})
+	if err != nil || out.Item != nil {
+		t.Errorf("the line item after a took the lock: %v, %v; want none", out.Item, err)
+	}
+	if err := a.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lineCounting counts calls by whether they are on a line item or a
 // lock item, and whether they write; the holder's heartbeats (updates of
 // the lock) are not counted.

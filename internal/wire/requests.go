@@ -335,7 +335,8 @@ func (t Table) DeleteLine(pk, sk, id string) *dynamodb.DeleteItemInput {
 }
 
 // Dequeue removes ticket id from the line at (pk, sk), on the condition
-// that it is at index i.
+// that it is at index i. The reply holds the line as it is after: an
+// empty one is for DeleteEmptyLine.
 func (t Table) Dequeue(pk, sk, id string, i int) *dynamodb.UpdateItemInput {
 	return &dynamodb.UpdateItemInput{
 		TableName:                aws.String(t.Name),
@@ -347,5 +348,18 @@ func (t Table) Dequeue(pk, sk, id string, i int) *dynamodb.UpdateItemInput {
 			":idset": &types.AttributeValueMemberSS{Value: []string{id}},
 			":id":    str(id),
 		},
+		ReturnValues: types.ReturnValueAllNew,
+	}
+}
+
+// DeleteEmptyLine deletes the line item at (pk, sk) on the condition
+// that its line is empty: nobody came since a Dequeue emptied it.
+func (t Table) DeleteEmptyLine(pk, sk string) *dynamodb.DeleteItemInput {
+	return &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(t.Name),
+		Key:                       t.Key(pk, sk),
+		ConditionExpression:       aws.String("size(#l) = :zero"),
+		ExpressionAttributeNames:  map[string]string{"#l": AttrLine},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": &types.AttributeValueMemberN{Value: "0"}},
 	}
 }

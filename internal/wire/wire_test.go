@@ -342,7 +342,15 @@ func TestLine(t *testing.T) {
 			":idset": &types.AttributeValueMemberSS{Value: []string{"t1"}},
 			":id":    s("t1"),
 		},
+		ReturnValues: types.ReturnValueAllNew,
 	}, table.Dequeue("ddblock_line#k", "-", "t1", 3))
+	check(t, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String("locks"),
+		Key:                       key,
+		ConditionExpression:       aws.String("size(#l) = :zero"),
+		ExpressionAttributeNames:  map[string]string{"#l": "ddblock_line"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n("0")},
+	}, table.DeleteEmptyLine("ddblock_line#k", "-"))
 }
 
 func TestTableRequests(t *testing.T) {
