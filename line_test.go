@@ -48,6 +48,33 @@ func startFair(c *ddblock.Client, name, key string, opts ...ddblock.AcquireOptio
 	return w
 }
 
+// holdK takes the lock "k" with a client of its own, owner "holder", on
+// the real clock: the lock fair waiters wait for.
+func holdK(t *testing.T, e *env) (*ddblock.Client, *ddblock.Lock) {
+	t.Helper()
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder, held
+}
+
+// lineItemOfK reads the line item of "k" straight from the table: nil
+// when there is none.
+func lineItemOfK(t *testing.T, e *env) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"lock_key": &types.AttributeValueMemberS{Value: "ddblock_line#k"},
+			"sort_key": &types.AttributeValueMemberS{Value: "-"},
+		}})
+	if err != nil {
+		t.Fatalf("reading the line item: %v", err)
+	}
+	return out.Item
+}
+
 func (w *fairWaiter) finished() bool {
 	select {
 	case <-w.done:
@@ -94,11 +121,7 @@ func tickets(t *testing.T, c *ddblock.Client, key string) []string {
 func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	holder := e.client(ddblock.WithOwnerName("holder"))
-	held, err := holder.AcquireLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, held := holdK(t, e)
 	clk := fakeClock()
 	const n = 4
 	var clients []*ddblock.Client
@@ -218,11 +241,7 @@ func (d *dying) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o 
 func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	holder := e.client(ddblock.WithOwnerName("holder"))
-	held, err := holder.AcquireLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, held := holdK(t, e)
 	clk := fakeClock()
 	dd := &dying{DynamoDBAPI: e.ddb}
 	doomed := e.clientOn(dd, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("doomed"))...)
@@ -262,13 +281,8 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	}
 	// The remover, alone once the dead ticket was out, took the line
 	// item with it when it left: no empty line is left to the TTL.
-	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{
-			"lock_key": &types.AttributeValueMemberS{Value: "ddblock_line#k"},
-			"sort_key": &types.AttributeValueMemberS{Value: "-"},
-		}})
-	if err != nil || out.Item != nil {
-		t.Errorf("the line item after everyone left: %v, %v; want none", out.Item, err)
+	if item := lineItemOfK(t, e); item != nil {
+		t.Errorf("the line item after everyone left: %v; want none", item)
 	}
 	dd.dead.Store(false)
 }
@@ -280,11 +294,7 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 func TestFairLineItemGoesWithTheLastWaiter(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	holder := e.client(ddblock.WithOwnerName("holder"))
-	held, err := holder.AcquireLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, held := holdK(t, e)
 	clk := fakeClock()
 	ca := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("a"))...)
 	waitForSleepers(t, clk, 1)
@@ -333,13 +343,8 @@ func TestFairLineItemGoesWithTheLastWaiter(t *testing.T) {
 	if a.err != nil {
 		t.Fatalf("a: %v", a.err)
 	}
-	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{
-			"lock_key": &types.AttributeValueMemberS{Value: "ddblock_line#k"},
-			"sort_key": &types.AttributeValueMemberS{Value: "-"},
-		}})
-	if err != nil || out.Item != nil {
-		t.Errorf("the line item after a took the lock: %v, %v; want none", out.Item, err)
+	if item := lineItemOfK(t, e); item != nil {
+		t.Errorf("the line item after a took the lock: %v; want none", item)
 	}
 	if err := a.lock.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -432,11 +437,7 @@ func (c *lineCounting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemIn
 func TestFairWaitWritesAreBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	holder := e.client(ddblock.WithOwnerName("holder"))
-	held, err := holder.AcquireLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, held := holdK(t, e)
 	clk := fakeClock()
 	const n = 3
 	var counts []*lineCounting
