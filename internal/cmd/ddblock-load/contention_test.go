@@ -235,6 +235,34 @@ func scale(d durations, unit time.Duration) durations {
 	return out
 }
 
+// contentionReport runs the contention scenario in-process against srv, with
+// args and --json, and returns its text report and its JSON line.
+func contentionReport(t *testing.T, srv *ddbtest.Server, args ...string) (text, js string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := parseFlags(append([]string{"--scenario", "contention", "--json"}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb, jb bytes.Buffer
+	if err := contentionMain(ctx, srv.Client(0), srv.Endpoint, srv.ChildEnv(os.Environ()), string(srv.Kind), cfg, &tb, &jb); err != nil {
+		t.Fatalf("%v\n%s", err, tb.String())
+	}
+	t.Logf("report:\n%s", tb.String())
+	return tb.String(), jb.String()
+}
+
+// decodeContention decodes the scenario's JSON line.
+func decodeContention(t *testing.T, js string) jsonContention {
+	t.Helper()
+	var j jsonContention
+	if err := json.Unmarshal([]byte(js), &j); err != nil {
+		t.Fatalf("decoding %s: %v", js, err)
+	}
+	return j
+}
+
 // The scenario's flags: defaults as the issue measured, and refusals.
 func TestParseFlagsContention(t *testing.T) {
 	cfg, err := parseFlags([]string{"--scenario", "contention"})
@@ -276,44 +304,35 @@ func TestParseFlagsContention(t *testing.T) {
 // measures), and "everyone acquired" would depend on the machine's luck.
 func TestContentionSmoke(t *testing.T) {
 	srv := ddbtest.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg, err := parseFlags([]string{"--scenario", "contention", "--contenders", "4", "--procs", "2", "--duration", "4s", "--think", "100ms", "--json"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text, js bytes.Buffer
-	if err := contentionMain(ctx, srv.Client(0), srv.Endpoint, srv.ChildEnv(os.Environ()), string(srv.Kind), cfg, &text, &js); err != nil {
-		t.Fatalf("%v\n%s", err, text.String())
-	}
-	t.Logf("report:\n%s", text.String())
-	for _, want := range []string{"acquisitions: ", "Jain's fairness index", "wait: ", "streak: ", "handoff: ", "key contention-0:"} {
-		if !strings.Contains(text.String(), want) {
+	text, js := contentionReport(t, srv, "--contenders", "4", "--procs", "2", "--duration", "4s", "--think", "100ms")
+	for _, want := range []string{"acquisitions: ", "Jain's fairness index", "wait: ", "begun after every contender was served once", "order: ", "hold: ", "streak: ", "handoff: ", "key contention-0:"} {
+		if !strings.Contains(text, want) {
 			t.Errorf("the text report has no %q", want)
 		}
 	}
 
 	// One JSON object, on one line, with every field and nothing else.
-	if n := strings.Count(js.String(), "\n"); n != 1 {
-		t.Fatalf("--json printed %d lines; want 1: %s", n, js.String())
+	if n := strings.Count(js, "\n"); n != 1 {
+		t.Fatalf("--json printed %d lines; want 1: %s", n, js)
 	}
-	dec := json.NewDecoder(bytes.NewReader(js.Bytes()))
+	dec := json.NewDecoder(strings.NewReader(js))
 	dec.DisallowUnknownFields()
 	var j jsonContention
 	if err := dec.Decode(&j); err != nil {
-		t.Fatalf("decoding %s: %v", js.String(), err)
+		t.Fatalf("decoding %s: %v", js, err)
 	}
 	var fields map[string]any
-	if err := json.Unmarshal(js.Bytes(), &fields); err != nil {
+	if err := json.Unmarshal([]byte(js), &fields); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"scenario", "server", "wait_mode", "contenders", "processes", "keys", "hold_ms", "retry_period_ms", "think_ms", "window_s",
 		"acquisitions", "acquisitions_per_contender", "acquisitions_min", "acquisitions_max", "jain_index",
 		"wait_p50_s", "wait_p99_s", "wait_max_s", "waits_open_at_end", "longest_streak", "longest_streak_contender",
-		"handoff_p50_ms", "handoff_p99_ms", "handoffs", "handoff_other_p50_ms", "handoff_other_p99_ms", "handoffs_other", "handoffs_to_self", "overlaps", "per_key",
+		"handoff_p50_ms", "handoff_p99_ms", "handoffs", "handoff_other_p50_ms", "handoff_other_p99_ms", "handoffs_other", "handoffs_to_self", "overlaps", "overtaken_max",
+		"hold_p50_ms", "hold_p99_ms", "hold_max_ms", "steady_wait_p50_s", "steady_wait_p99_s", "steady_wait_max_s", "steady_waits", "first_acquired_ms", "per_key",
 		"acquire_errors", "release_errors", "load_average_start", "load_average_end"} {
 		if _, ok := fields[f]; !ok {
-			t.Errorf("the JSON object has no %q: %s", f, js.String())
+			t.Errorf("the JSON object has no %q: %s", f, js)
 		}
 	}
 	if j.Scenario != "contention" || j.WaitMode != "unfair" || j.Server != string(srv.Kind) || j.Contenders != 4 || j.Processes != 2 || j.Keys != 1 {
@@ -353,22 +372,8 @@ func TestContentionSmoke(t *testing.T) {
 // the key (see TestContentionSmoke): waiting in line, every contender
 // gets the key, and the report says the mode. Nothing is timed.
 func TestContentionFairSmoke(t *testing.T) {
-	srv := ddbtest.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg, err := parseFlags([]string{"--scenario", "contention", "--wait-mode", "fair", "--contenders", "4", "--procs", "2", "--duration", "4s", "--json"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text, js bytes.Buffer
-	if err := contentionMain(ctx, srv.Client(0), srv.Endpoint, srv.ChildEnv(os.Environ()), string(srv.Kind), cfg, &text, &js); err != nil {
-		t.Fatalf("%v\n%s", err, text.String())
-	}
-	t.Logf("report:\n%s", text.String())
-	var j jsonContention
-	if err := json.Unmarshal(js.Bytes(), &j); err != nil {
-		t.Fatalf("decoding %s: %v", js.String(), err)
-	}
+	_, js := contentionReport(t, ddbtest.Shared(t), "--wait-mode", "fair", "--contenders", "4", "--procs", "2", "--duration", "4s")
+	j := decodeContention(t, js)
 	if j.WaitMode != "fair" || len(j.AcquisitionsPerContender) != 4 {
 		t.Fatalf("wait mode %q, %d contenders; want fair, 4", j.WaitMode, len(j.AcquisitionsPerContender))
 	}
