@@ -761,6 +761,10 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 		s.c.events.Failure(s.name, "run", now, "NOT_STARTED", oneLine(stderr))
 	case code == 75:
 		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeAcquireTimeout), oneLine(stderr))
+	case code == 69 && strings.Contains(stderr, string(ddblock.CodeLockInDanger)):
+		// A --session run whose session's heartbeats were not landing
+		// when its wait ran out: no lock is put on such a session.
+		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeLockInDanger), oneLine(stderr))
 	case code == 69:
 		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeUnknown), oneLine(stderr))
 	case code == 70 && strings.Contains(stderr, "the guard process died"):

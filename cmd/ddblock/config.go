@@ -275,6 +275,13 @@ func libError(err error, table string) error {
 	case ddblock.CodeUnknown:
 		// A DynamoDB call failed: unreachable, throttled, refused.
 		return fail(exitUnavailable, "%v", err)
+	case ddblock.CodeLockInDanger:
+		// An acquire on a session (--session) whose heartbeats had not
+		// landed for the safe period through its last attempt: no lock
+		// is put on such a session. DynamoDB was unreachable or slow, or
+		// ddblock was stopped; either way, nothing was acquired and a
+		// later try may succeed.
+		return fail(exitUnavailable, "%v", err)
 	default:
 		return fail(exitInternal, "%v", err)
 	}

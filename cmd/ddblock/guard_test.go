@@ -10,6 +10,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -401,6 +402,60 @@ func TestRunRetriesTransientFailure(t *testing.T) {
 	if r.code != 0 || fault.Injected() != 1 || !strings.Contains(r.stderr, `could not take lock "job"/"-" yet`) ||
 		!strings.Contains(r.stderr, "trying again for up to 10s") || !strings.Contains(r.stderr, "acquired lock") {
 		t.Errorf("--wait 10s with a failing first try: want the run to try again and succeed: %v", r)
+	}
+}
+
+// A --session run whose session's heartbeats stop landing while it waits
+// puts no lock on the session (the library refuses to, LOCK_IN_DANGER)
+// and, when --wait runs out so, exits 69, DynamoDB unavailable, naming
+// the session: not 70, which says ddblock itself went wrong.
+func TestRunSessionInDangerWhileWaiting(t *testing.T) {
+	needServer(t)
+	if server.External {
+		t.Skip("the fault proxy speaks plain HTTP to a local server")
+	}
+	f := newFixture(t)
+	proxy, err := faultproxy.Start(server.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	f.endpoint = proxy.URL()
+	f.env = append(f.env, "AWS_MAX_ATTEMPTS=1")
+
+	// Every heartbeat of a run's session (an UpdateItem of its
+	// ddblock_session# item) fails, so 600 ms (the safe period) after
+	// the session is made it is in danger for good.
+	fault := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "UpdateItem", BodyContains: "ddblock_session#"})
+	// A held lock keeps the run waiting until its session is in danger:
+	// an attempt that finds the lock held goes no further. Released
+	// then, the lock is free, and every attempt after is refused for
+	// the session. A machine so slow that the wait ran out before the
+	// release tries again with a longer wait.
+	for wait := 4 * time.Second; ; wait *= 2 {
+		holder := f.acquire("holder", "job")
+		failedBefore := fault.Injected()
+		began := time.Now()
+		p := f.start("run", "--session", "--lease", "900ms", "--heartbeat", "100ms", "--wait", wait.String(), "job", "--", "true")
+		// A tenth failed heartbeat comes at least nine periods (900 ms)
+		// after the session was made.
+		p.eventuallyWhileRunning("the run's session to be in danger", func() bool { return fault.Injected()-failedBefore >= 10 })
+		if err := holder.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Since(began)
+		r := p.wait()
+		if r.code == exitBusy && released > wait-time.Second && wait < time.Minute {
+			t.Logf("released %v into a %v wait: too late to be sure of an attempt after it; again with a longer wait", released, wait)
+			continue
+		}
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "LOCK_IN_DANGER") || !strings.Contains(r.stderr, "session") {
+			t.Errorf("want exit %d naming the session in danger: %v", exitUnavailable, r)
+		}
+		if info := f.lookup("job", "-"); info != nil {
+			t.Errorf("the run put a lock on a session in danger: %+v", info)
+		}
+		return
 	}
 }
 

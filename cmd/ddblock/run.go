@@ -109,10 +109,11 @@ lock.
 Exit statuses: COMMAND's (128+N when killed by signal N); 75 the lock was
 not acquired within --wait (with --slots: no slot was free); 76 the lock
 was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
-found; 64 usage; 69 DynamoDB unavailable; 70 internal error (the guard
-died); 78 the table's keys are not the ones configured, or --slots differs
-from the semaphore's number of slots; 128+N interrupted by signal N while
-waiting.`
+found; 64 usage; 69 DynamoDB unavailable (with --session, also: the
+session's heartbeats were not landing at the end of --wait); 70 internal
+error (the guard died); 78 the table's keys are not the ones configured,
+or --slots differs from the semaphore's number of slots; 128+N
+interrupted by signal N while waiting.`
 
 // forwardedSignals are passed to the command; while ddblock waits for the
 // lock they end the wait instead.
@@ -411,10 +412,11 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 			return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
 		}
 		fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
-	case ddblock.CodeOf(err) == ddblock.CodeUnknown && r.wait > 0:
+	case transientAcquireError(err) && r.wait > 0:
 		// A DynamoDB call failed (unreachable, throttled, a server
-		// error): that may pass, and the library retries such failures
-		// within the wait.
+		// error), or the session's heartbeats have not landed lately:
+		// that may pass, and the library retries such failures within
+		// the wait.
 		fmt.Fprintf(r.env.stderr, "ddblock run: could not take lock %s yet (%s); trying again for up to %v\n",
 			name, oneLine(trimmed{err}.Error()), r.wait)
 	default:
@@ -557,6 +559,18 @@ func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
 		env = append(env, "DDBLOCK_SLOT="+strconv.Itoa(slot))
 	}
 	return env, nil
+}
+
+// transientAcquireError reports whether a failed first try may succeed
+// later without anyone releasing the lock: a DynamoDB call failed, or
+// the run's own session (--session) is in danger, which the library
+// retries within the wait like a failed call.
+func transientAcquireError(err error) bool {
+	switch ddblock.CodeOf(err) {
+	case ddblock.CodeUnknown, ddblock.CodeLockInDanger:
+		return true
+	}
+	return false
 }
 
 func isLost(err error) bool {
