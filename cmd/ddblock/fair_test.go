@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/ddblock/ddblock/internal/faultproxy"
 )
 
 // Runs with --fair wait in the key's line and take the lock in the order
@@ -69,18 +67,8 @@ func TestRunFairWaitsInLine(t *testing.T) {
 // it when it came back to wait (once seen as a flaky order in
 // TestRunFairWaitsInLine).
 func TestRunFairFirstTryOutOfLine(t *testing.T) {
-	needServer(t)
-	if server.External {
-		t.Skip("the fault proxy speaks plain HTTP to a local server")
-	}
-	f := newFixture(t)
+	f, proxy := newProxiedFixture(t)
 	held := f.acquire("holder", "job")
-	proxy, err := faultproxy.Start(server.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	f.endpoint = proxy.URL()
 	r := f.run("run", "--fair", "--wait", "0", "job", "--", "true")
 	if r.code != exitBusy {
 		t.Fatalf("run --fair --wait 0 on a held lock: %v; want exit %d", r, exitBusy)

@@ -242,17 +242,7 @@ func TestGuardWholeGroupStopped(t *testing.T) {
 // and its command runs to the end. Once the pipe is read, the queued
 // warnings come out.
 func TestRunStderrNotRead(t *testing.T) {
-	needServer(t)
-	if server.External {
-		t.Skip("the fault proxy speaks plain HTTP to a local server")
-	}
-	f := newFixture(t)
-	proxy, err := faultproxy.Start(server.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	f.endpoint = proxy.URL()
+	f, proxy := newProxiedFixture(t)
 	// One attempt per call: a failed heartbeat is logged at once.
 	env := append(slices.Clone(f.env), "AWS_MAX_ATTEMPTS=1")
 
@@ -377,17 +367,7 @@ func fillPipe(t *testing.T, w *os.File) int {
 // it says so and tries again within --wait. With --wait 0 it ends at
 // once, exit 69.
 func TestRunRetriesTransientFailure(t *testing.T) {
-	needServer(t)
-	if server.External {
-		t.Skip("the fault proxy speaks plain HTTP to a local server")
-	}
-	f := newFixture(t)
-	proxy, err := faultproxy.Start(server.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	f.endpoint = proxy.URL()
+	f, proxy := newProxiedFixture(t)
 	f.env = append(f.env, "AWS_MAX_ATTEMPTS=1")
 
 	fault := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "PutItem", Count: 1})
@@ -410,17 +390,7 @@ func TestRunRetriesTransientFailure(t *testing.T) {
 // and, when --wait runs out so, exits 69, DynamoDB unavailable, naming
 // the session: not 70, which says ddblock itself went wrong.
 func TestRunSessionInDangerWhileWaiting(t *testing.T) {
-	needServer(t)
-	if server.External {
-		t.Skip("the fault proxy speaks plain HTTP to a local server")
-	}
-	f := newFixture(t)
-	proxy, err := faultproxy.Start(server.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	f.endpoint = proxy.URL()
+	f, proxy := newProxiedFixture(t)
 	f.env = append(f.env, "AWS_MAX_ATTEMPTS=1")
 
 	// Every heartbeat of a run's session (an UpdateItem of its

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/faultproxy"
 	"github.com/ddblock/ddblock/internal/testserver"
 )
 
@@ -124,6 +125,25 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // args puts the connection flags after the subcommand.
+// newProxiedFixture is a fixture whose ddblock processes reach the
+// server through a fault proxy; the test's own clients (holder, lookup)
+// still talk to the server directly.
+func newProxiedFixture(t *testing.T) (*fixture, *faultproxy.Proxy) {
+	t.Helper()
+	needServer(t)
+	if server.External {
+		t.Skip("the fault proxy speaks plain HTTP to a local server")
+	}
+	f := newFixture(t)
+	proxy, err := faultproxy.Start(server.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	f.endpoint = proxy.URL()
+	return f, proxy
+}
+
 func (f *fixture) args(sub string, rest ...string) []string {
 	return append([]string{sub, "--endpoint", f.endpoint, "--table", f.table}, rest...)
 }
