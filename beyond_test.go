@@ -231,12 +231,7 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	srv := ddbtest.Shared(t)
 	ddb := srv.Client(0)
 	ctx := context.Background()
-	name := ddbtest.TableName(t)
-	if _, err := ddblock.EnsureTable(ctx, ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
-		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	name := pkOnlyTable(t, ddb)
 	clk := fakeClock()
 	c, err := ddblock.New(ddb, append(fakeTimes(), ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
 		ddblock.WithLogger(quiet), ddblock.WithClock(clk))...)

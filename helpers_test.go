@@ -50,6 +50,19 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 	return e
 }
 
+// pkOnlyTable makes a table of the test's own keyed by the partition key
+// alone, named "id", and returns its name.
+func pkOnlyTable(t *testing.T, ddb ddblock.TableAPI) string {
+	t.Helper()
+	name := ddbtest.TableName(t)
+	if _, err := ddblock.EnsureTable(context.Background(), ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
+		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
 func or(s, def string) string {
 	if s == "" {
 		return def

@@ -606,12 +606,7 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 	srv := ddbtest.Shared(t)
 	ddb := srv.Client(0)
 	ctx := context.Background()
-	name := ddbtest.TableName(t)
-	if _, err := ddblock.EnsureTable(ctx, ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
-		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	name := pkOnlyTable(t, ddb)
 	newClient := func(owner string, opts ...ddblock.Option) *ddblock.Client {
 		c, err := ddblock.New(ddb, append([]ddblock.Option{ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
 			ddblock.WithLogger(quiet), ddblock.WithOwnerName(owner)}, opts...)...)

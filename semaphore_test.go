@@ -383,12 +383,7 @@ func TestSemaphorePartitionKeyOnly(t *testing.T) {
 	srv := ddbtest.Shared(t)
 	ddb := srv.Client(0)
 	ctx := context.Background()
-	name := ddbtest.TableName(t)
-	if _, err := ddblock.EnsureTable(ctx, ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
-		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	name := pkOnlyTable(t, ddb)
 	calls := queryCounting{newCounting(ddb)}
 	c, err := ddblock.New(calls, ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(), ddblock.WithLogger(quiet))
 	if err != nil {
