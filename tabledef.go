@@ -64,13 +64,31 @@ type TableOption func(*TableOptions)
 // WithNamesFromOptions sets the table's name, its key and TTL attribute
 // names and PartitionKeyOnly from a client's options, so that the table
 // matches the client: CreateTable(ctx, ddb,
-// WithNamesFromOptions(client.Options())). (The client option that sets
-// the table's name alone is [WithTableName].)
+// WithNamesFromOptions(client.Options())). A name left empty takes its
+// default, as in [Options]: WithNamesFromOptions(Options{TableName: "t"})
+// is the table "t" with the default key and TTL attribute names (and no
+// sort key with PartitionKeyOnly). (The client option that sets the
+// table's name alone is [WithTableName].)
 func WithNamesFromOptions(o Options) TableOption {
 	return func(t *TableOptions) {
-		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
-			o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly
+		t.TableName = nameOrDefault(o.TableName, DefaultTableName)
+		t.PartitionKeyName = nameOrDefault(o.PartitionKeyName, DefaultPartitionKeyName)
+		t.SortKeyName = o.SortKeyName
+		if !o.PartitionKeyOnly {
+			t.SortKeyName = nameOrDefault(o.SortKeyName, DefaultSortKeyName)
+		}
+		t.TTLAttributeName = nameOrDefault(o.TTLAttributeName, DefaultTTLAttributeName)
+		t.PartitionKeyOnly = o.PartitionKeyOnly
 	}
+}
+
+// nameOrDefault is name, or def when name is empty: an unset name of
+// [Options].
+func nameOrDefault(name, def string) string {
+	if name == "" {
+		return def
+	}
+	return name
 }
 
 // WithTableNames sets the table's name and its key and TTL attribute
