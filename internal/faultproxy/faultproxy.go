@@ -1,8 +1,9 @@
 // Package faultproxy is an HTTP proxy that sits between a DynamoDB client
-// and a real DynamoDB-compatible server (dynalite in ddblock's tests) and
-// misbehaves on demand: it adds latency, answers with server errors or
-// throttling, drops connections, swallows requests, or applies a write and
-// then loses its reply.
+// and a real DynamoDB-compatible server (dynalite or DynamoDB Local in
+// ddblock's tests) and misbehaves on demand: it adds latency, answers
+// with server errors or throttling, drops connections, swallows
+// requests, applies a write and then loses its reply, or refuses
+// connections altogether.
 //
 // Faults are rules switched on and off while a test runs; each rule can
 // be limited to one DynamoDB operation (the X-Amz-Target header), to
@@ -10,6 +11,82 @@
 // and to a number of injections. The proxy counts what it received,
 // forwarded and injected, so a test can assert that a fault really
 // happened rather than assume it.
+//
+// # Transaction conflicts
+//
+// Real DynamoDB refuses some requests that meet a transaction in flight
+// on the same item; DynamoDB Local never does, and dynalite has no
+// transactions. Every proxy therefore emulates DynamoDB's rules, as the
+// Amazon DynamoDB Developer Guide states them in "Transaction conflict
+// handling in DynamoDB", a section of its page "Amazon DynamoDB
+// Transactions: How it works"
+// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling):
+//
+//   - Write against transaction: a PutItem, UpdateItem or DeleteItem of
+//     an item that a TransactWriteItems in flight touches (by any of its
+//     Put, Update, Delete or ConditionCheck actions) is refused with
+//     HTTP 400 and TransactionConflictException.
+//   - Transaction against transaction: a TransactWriteItems with an item
+//     that another TransactWriteItems in flight touches is cancelled:
+//     HTTP 400, TransactionCanceledException, whose cancellation reasons
+//     (one per action, in the request's order) say TransactionConflict
+//     for each action on such an item and None for the others.
+//   - Read transaction against writes: a TransactGetItems with an item
+//     that a TransactWriteItems, BatchWriteItem, PutItem, UpdateItem or
+//     DeleteItem in flight writes is cancelled the same way. The API
+//     reference's TransactionCanceledException adds that it is the
+//     TransactGetItems that fails when such a write comes while it is in
+//     flight: the write goes through, and the get is answered cancelled
+//     (reasons on the actions the write touched) in place of the server's
+//     reply.
+//   - A TransactWriteItems sent again with the ClientRequestToken of one
+//     in flight is the same transaction: it is refused with HTTP 400 and
+//     TransactionInProgressException, as the API reference describes
+//     that error (the SDK retries it, as a throttle).
+//   - A GetItem never conflicts: the guide says both operations can
+//     succeed. The guide names no conflict for a BatchWriteItem's own
+//     items, so the proxy forwards every BatchWriteItem as it is; its
+//     items count only against TransactGetItems.
+//
+// A refused or cancelled request is not forwarded. The AWS SDK for Go v2
+// retries neither TransactionConflictException nor
+// TransactionCanceledException: neither code is in its retryable or
+// throttle lists (aws/retry's DefaultRetryableErrorCodes and
+// DefaultThrottleErrorCodes, which name TransactionInProgressException
+// but no conflict), the errors have no RetryableError method, and HTTP
+// 400 is not a retryable status.
+//
+// In flight means: a TransactWriteItems or TransactGetItems is admitted
+// when the proxy is about to forward it, held for the transaction
+// duration (WithTransactionDuration; DefaultTransactionDuration), then
+// forwarded, and is in flight until the server's reply is back or the
+// forward failed. A plain or batch write is in flight while it is
+// forwarded. An item is its table's name and the values of its key
+// attributes, canonicalised so that equal keys compare equal; a Put
+// carries the whole item, so the proxy learns the table's key schema
+// with a DescribeTable of its own, once per table. WithoutConflicts
+// switches the emulation off; Counts.Conflicts says what it refused.
+// Proxies stacked one on another each emulate, over the traffic each
+// sees, and each holds a transaction for its own duration: a proxy put
+// in front of another that already emulates (ddbtest's, in front of
+// DynamoDB Local) may take WithoutConflicts, or keep its emulation and
+// so lengthen transactions.
+//
+// Faults come first: a request is admitted (or refused) only after its
+// latency, and only if no other fault answers in the server's place. A
+// DropReply'd request goes through the emulation like any other: a
+// transaction stays in flight until its forward ends, and a request the
+// emulation refuses loses that answer instead of the server's. The
+// canned TransactionConflict kind is a fault, not the emulation.
+//
+// # Connections
+//
+// RefuseConnections makes the proxy's port refuse new connections (and
+// closes its clients' connections as soon as they are idle), so that a
+// client's next attempt fails at connect; AcceptConnections undoes it. A
+// rule's Then hook runs between a fault and the client's learning of it:
+// Then: p.RefuseConnections on a DropReply makes every retry of a write
+// that landed fail to connect.
 //
 // A proxy listens on 127.0.0.1 only. Use one per client when a fault must
 // hit one client and not the others.
@@ -63,14 +140,17 @@ const (
 	BlackHole Kind = "black-hole"
 	// DropReply forwards the request, lets the server apply it, and then
 	// closes the client's connection instead of returning the response:
-	// the write happened, but its sender cannot know.
+	// the write happened, but its sender cannot know. The request goes
+	// through the conflict emulation first, as every forwarded one does:
+	// if the emulation refuses it, that answer is what is lost.
 	DropReply Kind = "drop-reply"
 	// TransactionConflict answers a TransactWriteItems with HTTP 400 and
 	// the TransactionCanceledException DynamoDB sends when another
-	// transaction or write was under way on one of its items: a reason
-	// per action, TransactionConflict for the last one and None for the
-	// others. Nothing is forwarded. DynamoDB Local never raises it by
-	// itself. Not in Kinds: it applies to transactions only.
+	// transaction was under way on one of its items: a reason per action,
+	// TransactionConflict for the last one and None for the others.
+	// Nothing is forwarded. It is a canned answer, given whatever is in
+	// flight; the proxy's conflict emulation raises the real ones. Not in
+	// Kinds: it applies to transactions only.
 	TransactionConflict Kind = "transaction-conflict"
 )
 
@@ -102,6 +182,12 @@ type Rule struct {
 	// limit. A fault whose count is used up stays in place and does
 	// nothing.
 	Count int
+	// Then, when set, is called once per injection, in the request's
+	// handler, after the fault did its work and before the client learns
+	// anything: for Latency after the delay (before forwarding), for
+	// DropReply after the server's reply was read and before the hang-up,
+	// for the other kinds just before the answer or the hang-up.
+	Then func()
 }
 
 func (r Rule) check() error {
@@ -180,6 +266,17 @@ type Counts struct {
 	// operation and kind.
 	Injected     map[Kind]int64
 	InjectedByOp map[string]map[Kind]int64
+	// Conflicts counts, per operation, the requests the transaction
+	// conflict emulation refused or cancelled (a TransactGetItems whose
+	// reply was replaced included). InProgress counts the
+	// TransactWriteItems it refused with TransactionInProgressException,
+	// Transactions the TransactWriteItems and TransactGetItems it
+	// admitted and held, and SchemaLookups the DescribeTable requests it
+	// sent to learn key schemas (they are not in Requests).
+	Conflicts     map[string]int64
+	InProgress    int64
+	Transactions  int64
+	SchemaLookups int64
 }
 
 // Faults returns the number of faults injected, of every kind.
@@ -195,10 +292,22 @@ func (c Counts) Faults() int64 {
 // safe for concurrent use.
 type Proxy struct {
 	target    *url.URL
-	ln        net.Listener
+	addr      string
 	srv       *http.Server
 	transport *http.Transport
 	url       string
+
+	// emulate and txDuration configure the conflict emulation; they do
+	// not change once the proxy runs.
+	emulate    bool
+	txDuration time.Duration
+
+	// lnMu guards the listener, which RefuseConnections closes and
+	// AcceptConnections replaces.
+	lnMu    sync.Mutex
+	ln      net.Listener // nil while connections are refused
+	lnDone  bool         // Close was called
+	serving sync.WaitGroup
 
 	// ctx lives as long as the proxy: forwards run on it rather than on
 	// the client's request, so that a request the client gave up on can
@@ -217,6 +326,14 @@ type Proxy struct {
 	forwardErrs  int64
 	injected     map[Kind]int64
 	injectedByOp map[string]map[Kind]int64
+
+	// The conflict emulation's state.
+	flights       map[*flight]struct{}
+	schemas       map[string][]string
+	conflicts     map[string]int64
+	inProgress    int64
+	transactions  int64
+	schemaLookups int64
 }
 
 // Option configures a proxy.
@@ -229,7 +346,8 @@ func WithSeed(seed uint64) Option {
 }
 
 // Start starts a proxy for the server at target (such as
-// "http://127.0.0.1:8000") on a free port of 127.0.0.1. Close it when
+// "http://127.0.0.1:8000") on a free port of 127.0.0.1, emulating
+// transaction conflicts unless an option says otherwise. Close it when
 // done.
 func Start(target string, opts ...Option) (*Proxy, error) {
 	u, err := url.Parse(target)
@@ -252,13 +370,18 @@ func Start(target string, opts ...Option) (*Proxy, error) {
 	}
 	p := &Proxy{
 		target:       u,
-		ln:           ln,
+		addr:         ln.Addr().String(),
 		transport:    transport,
 		url:          "http://" + ln.Addr().String(),
+		emulate:      true,
+		txDuration:   DefaultTransactionDuration,
 		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		byOp:         map[string]int64{},
 		injected:     map[Kind]int64{},
 		injectedByOp: map[string]map[Kind]int64{},
+		flights:      map[*flight]struct{}{},
+		schemas:      map[string][]string{},
+		conflicts:    map[string]int64{},
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -267,8 +390,77 @@ func Start(target string, opts ...Option) (*Proxy, error) {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
+	p.lnMu.Lock()
+	p.startServing(ln)
+	p.lnMu.Unlock()
 	return p, nil
+}
+
+// startServing serves ln; p.lnMu is held.
+func (p *Proxy) startServing(ln net.Listener) {
+	p.ln = &onceCloseListener{Listener: ln}
+	p.serving.Add(1)
+	go func(l net.Listener) {
+		defer p.serving.Done()
+		_ = p.srv.Serve(l)
+	}(p.ln)
+}
+
+// onceCloseListener is a listener whose Close can be called more than
+// once: by RefuseConnections, then by the server's Close.
+type onceCloseListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+// Close closes the listener the first time, and returns that error ever
+// after.
+func (l *onceCloseListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
+}
+
+// RefuseConnections makes the proxy's address refuse new connections: it
+// stops listening (the address stays the proxy's, for AcceptConnections)
+// and closes each client connection as soon as it is idle, so that a
+// client's next attempt must dial and is refused (ECONNREFUSED).
+// Requests under way finish, and their connections close after them.
+// It may be called from a rule's Then. Refusing twice is harmless.
+func (p *Proxy) RefuseConnections() {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
+	if p.ln == nil || p.lnDone {
+		return
+	}
+	// Without keep-alives the server closes its idle connections now, and
+	// every other one after its current exchange.
+	p.srv.SetKeepAlivesEnabled(false)
+	_ = p.ln.Close()
+	p.ln = nil
+}
+
+// AcceptConnections undoes RefuseConnections: the proxy listens again on
+// the same address (Go's listeners set SO_REUSEADDR, so connections the
+// proxy closed do not hold the port). It fails if the address was taken
+// meanwhile, or if the proxy is closed. Accepting while accepting is
+// harmless.
+func (p *Proxy) AcceptConnections() error {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
+	if p.lnDone {
+		return errors.New("faultproxy: AcceptConnections on a closed proxy")
+	}
+	if p.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("faultproxy: listening again on %s: %w", p.addr, err)
+	}
+	p.srv.SetKeepAlivesEnabled(true)
+	p.startServing(ln)
+	return nil
 }
 
 // URL returns the proxy's address, for a client's endpoint.
@@ -321,6 +513,13 @@ func (p *Proxy) Counts() Counts {
 		ForwardErrors: p.forwardErrs,
 		Injected:      make(map[Kind]int64, len(p.injected)),
 		InjectedByOp:  make(map[string]map[Kind]int64, len(p.injectedByOp)),
+		Conflicts:     make(map[string]int64, len(p.conflicts)),
+		InProgress:    p.inProgress,
+		Transactions:  p.transactions,
+		SchemaLookups: p.schemaLookups,
+	}
+	for k, v := range p.conflicts {
+		c.Conflicts[k] = v
 	}
 	for k, v := range p.byOp {
 		c.ByOp[k] = v
@@ -338,15 +537,21 @@ func (p *Proxy) Counts() Counts {
 }
 
 // Close stops the proxy: it stops listening, lets go of the requests it
-// holds, abandons forwards in progress, and waits for its handlers.
+// holds (transactions held in flight included), abandons forwards in
+// progress, and waits for its handlers. It works whether the proxy
+// accepts or refuses connections.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.lnMu.Lock()
+	p.lnDone = true
+	p.lnMu.Unlock()
 	p.Clear()
 	p.cancel()
 	err := p.srv.Close() // closes the listener and every connection
 	p.work.Wait()
+	p.serving.Wait()
 	p.transport.CloseIdleConnections()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
@@ -357,7 +562,8 @@ func (p *Proxy) Close() error {
 // plan is what the proxy decided to do with one request.
 type plan struct {
 	delay    time.Duration
-	terminal *Fault // nil: forward normally (after the delay)
+	latency  []*Fault // the latency faults that fired
+	terminal *Fault   // nil: forward normally (after the delay)
 }
 
 // decide picks the faults that hit a request: every latency fault that
@@ -390,6 +596,7 @@ func (p *Proxy) decide(op string, body []byte) plan {
 		}
 		p.injectedByOp[op][r.Kind]++
 		if r.Kind == Latency {
+			pl.latency = append(pl.latency, f)
 			pl.delay += r.Delay
 			if r.Jitter > 0 {
 				pl.delay += time.Duration(p.rng.Int64N(int64(r.Jitter)))
@@ -431,71 +638,94 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if pl.terminal == nil {
-		p.forward(w, r, body, true)
+	for _, f := range pl.latency {
+		f.then()
+	}
+	f := pl.terminal
+	if f == nil || f.rule.Kind == DropReply {
+		rep, err := p.exchange(r, op, body)
+		if f != nil { // DropReply: the server had its say; the client hears nothing
+			f.then()
+			hangUp(w)
+			return
+		}
+		if err != nil {
+			hangUp(w)
+			return
+		}
+		rep.write(w)
 		return
 	}
-	switch f := pl.terminal; f.rule.Kind {
+	var rep *reply
+	switch f.rule.Kind {
 	case ServerError:
-		writeError(w, http.StatusInternalServerError, "InternalServerError", "The server encountered an internal error trying to fulfill the request (injected by faultproxy).")
+		rep = errorReply(http.StatusInternalServerError, "InternalServerError", "The server encountered an internal error trying to fulfill the request (injected by faultproxy).")
 	case Throttling:
-		writeError(w, http.StatusBadRequest, "ThrottlingException", "Rate of requests exceeds the allowed throughput (injected by faultproxy).")
+		rep = errorReply(http.StatusBadRequest, "ThrottlingException", "Rate of requests exceeds the allowed throughput (injected by faultproxy).")
 	case ThroughputExceeded:
-		writeError(w, http.StatusBadRequest, "ProvisionedThroughputExceededException", "The level of configured provisioned throughput for the table was exceeded (injected by faultproxy).")
-	case Drop:
-		hangUp(w)
+		rep = errorReply(http.StatusBadRequest, "ProvisionedThroughputExceededException", "The level of configured provisioned throughput for the table was exceeded (injected by faultproxy).")
+	case TransactionConflict:
+		rep = cannedConflict(body)
 	case BlackHole:
 		select {
 		case <-r.Context().Done():
 		case <-f.off:
 		case <-p.ctx.Done():
 		}
+	}
+	f.then()
+	if rep == nil { // Drop, BlackHole
 		hangUp(w)
-	case DropReply:
-		p.forward(w, r, body, false)
-		hangUp(w)
-	case TransactionConflict:
-		writeConflict(w, body)
+		return
+	}
+	rep.write(w)
+}
+
+// then calls the rule's Then hook, if any.
+func (f *Fault) then() {
+	if f.rule.Then != nil {
+		f.rule.Then()
 	}
 }
 
-// writeConflict answers a transaction as cancelled by a conflict on its
+// cannedConflict answers a transaction as cancelled by a conflict on its
 // last action, with DynamoDB's JSON shape: one reason per action.
-func writeConflict(w http.ResponseWriter, body []byte) {
+func cannedConflict(body []byte) *reply {
 	var req struct{ TransactItems []json.RawMessage }
 	_ = json.Unmarshal(body, &req)
-	type reason struct{ Code, Message string }
-	reasons := make([]reason, max(len(req.TransactItems), 1))
-	codes := make([]string, len(reasons))
-	for i := range reasons {
-		reasons[i] = reason{Code: "None"}
-		if i == len(reasons)-1 {
-			reasons[i] = reason{Code: "TransactionConflict", Message: "Transaction is ongoing for the item (injected by faultproxy)"}
-		}
-		codes[i] = reasons[i].Code
-	}
-	out, _ := json.Marshal(map[string]any{
-		"__type":              "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-		"Message":             "Transaction cancelled, please refer cancellation reasons for specific reasons [" + strings.Join(codes, ", ") + "]",
-		"CancellationReasons": reasons,
-	})
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.Header().Set("X-Amzn-Requestid", "faultproxy")
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(out)
+	n := max(len(req.TransactItems), 1)
+	return canceledReply(n, map[int]bool{n - 1: true}, " (injected by faultproxy)")
 }
 
-// forward sends the request to the server on the proxy's own context and,
-// when reply is set, copies the response back.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, reply bool) {
+// reply is a response to give a client: the server's, or one the proxy
+// makes up.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (rep *reply) write(w http.ResponseWriter) {
+	for k, vs := range rep.header {
+		if isHopByHop(k) {
+			continue
+		}
+		w.Header()[k] = append([]string(nil), vs...)
+	}
+	w.WriteHeader(rep.status)
+	_, _ = w.Write(rep.body)
+}
+
+// roundTrip sends the request to the server on the proxy's own context
+// and reads the whole response.
+func (p *Proxy) roundTrip(r *http.Request, body []byte) (*reply, error) {
 	u := *p.target
 	u.Path = r.URL.Path
 	u.RawQuery = r.URL.RawQuery
 	out, err := http.NewRequestWithContext(p.ctx, r.Method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		p.countForward(false)
-		hangUp(w)
-		return
+		return nil, err
 	}
 	for k, vs := range r.Header {
 		if isHopByHop(k) {
@@ -507,26 +737,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, rep
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		p.countForward(false)
-		hangUp(w)
-		return
+		return nil, err
 	}
 	defer resp.Body.Close()
 	respBody, err := io.ReadAll(resp.Body)
 	p.countForward(err == nil)
-	if err != nil || !reply {
-		if err != nil {
-			hangUp(w)
-		}
-		return
+	if err != nil {
+		return nil, err
 	}
-	for k, vs := range resp.Header {
-		if isHopByHop(k) {
-			continue
-		}
-		w.Header()[k] = append([]string(nil), vs...)
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(respBody)
+	return &reply{status: resp.StatusCode, header: resp.Header, body: respBody}, nil
 }
 
 func (p *Proxy) countForward(ok bool) {
@@ -536,16 +755,6 @@ func (p *Proxy) countForward(ok bool) {
 		p.forwardErrs++
 	}
 	p.mu.Unlock()
-}
-
-// writeError answers with DynamoDB's JSON error shape, which the AWS SDK
-// decodes by its __type.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	body := fmt.Sprintf(`{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":%q}`, code, msg)
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.Header().Set("X-Amzn-Requestid", "faultproxy")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
 }
 
 // hangUp closes the client's connection without a response.

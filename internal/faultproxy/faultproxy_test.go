@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,9 +124,12 @@ func TestPassThrough(t *testing.T) {
 		t.Fatalf("second PutItem: %v, want ConditionalCheckFailedException", err)
 	}
 	got := r.proxy.Counts()
+	// The emulation, on by default, learnt the table's key schema once,
+	// for the puts.
 	want := faultproxy.Counts{
 		Requests: 3, ByOp: map[string]int64{"PutItem": 2, "GetItem": 1},
 		Forwarded: 3, Injected: map[faultproxy.Kind]int64{}, InjectedByOp: map[string]map[faultproxy.Kind]int64{},
+		Conflicts: map[string]int64{}, SchemaLookups: 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
@@ -426,5 +433,624 @@ func TestCloseReleasesHeldRequests(t *testing.T) {
 	_, err = c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("none"), Key: key("x")})
 	if err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Errorf("GetItem after Close: %v; want connection refused", err)
+	}
+}
+
+// A DropReply whose Then refuses connections: the write lands, the reply
+// is lost, and every retry of it fails at connect; once the proxy accepts
+// again, the same client works.
+func TestDropReplyThenRefuseConnections(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	c := r.client(3)
+	if err := r.put(ctx, c, "a"); err != nil {
+		t.Fatalf("PutItem: %v", err)
+	}
+	incr := func() error {
+		_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(r.table),
+			Key:                       key("a"),
+			UpdateExpression:          aws.String("ADD v :one"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+		})
+		return err
+	}
+	f := r.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "UpdateItem", Count: 1, Then: r.proxy.RefuseConnections})
+	err := incr()
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("UpdateItem whose reply was dropped and whose retries were refused: %v; want a dial error", err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("UpdateItem: %v; want ECONNREFUSED", err)
+	}
+	if got := r.value("a"); got != 1 {
+		t.Fatalf("v = %d on the server, want 1: the dropped reply's write must have landed, and no retry", got)
+	}
+	if got := r.proxy.Counts().ByOp["UpdateItem"]; got != 1 || f.Injected() != 1 {
+		t.Errorf("the proxy received %d UpdateItem, injected %d; want 1 and 1 (retries refused at connect)", got, f.Injected())
+	}
+	if err := r.proxy.AcceptConnections(); err != nil {
+		t.Fatalf("AcceptConnections: %v", err)
+	}
+	if err := incr(); err != nil {
+		t.Fatalf("UpdateItem after AcceptConnections: %v", err)
+	}
+	if got := r.value("a"); got != 2 {
+		t.Errorf("v = %d, want 2", got)
+	}
+}
+
+// RefuseConnections closes idle connections too: a client whose pooled
+// connection was idle must dial, and is refused. Close works while
+// refusing.
+func TestRefuseConnectionsIdle(t *testing.T) {
+	srv := ddbtest.Shared(t)
+	p, err := faultproxy.Start(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.ClientFor(p.URL(), 3)
+	ctx := context.Background()
+	list := func() error {
+		_, err := c.ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(1)})
+		return err
+	}
+	if err := list(); err != nil {
+		t.Fatalf("ListTables: %v", err)
+	}
+	p.RefuseConnections()
+	p.RefuseConnections()
+	var op *net.OpError
+	if err := list(); !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("ListTables while refusing: %v; want a dial error", err)
+	}
+	if err := p.AcceptConnections(); err != nil {
+		t.Fatalf("AcceptConnections: %v", err)
+	}
+	if err := p.AcceptConnections(); err != nil {
+		t.Fatalf("AcceptConnections twice: %v", err)
+	}
+	if err := list(); err != nil {
+		t.Fatalf("ListTables after AcceptConnections: %v", err)
+	}
+	p.RefuseConnections()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close while refusing: %v", err)
+	}
+	if err := p.AcceptConnections(); err == nil {
+		t.Error("AcceptConnections after Close succeeded")
+	}
+}
+
+// value reads the number attribute v of item k from the server.
+func (r *rig) value(k string) int {
+	r.t.Helper()
+	out, err := r.direct.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: key(k), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		r.t.Fatalf("GetItem %q from the server: %v", k, err)
+	}
+	n, ok := out.Item["v"].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	v, err := strconv.Atoi(n.Value)
+	if err != nil {
+		r.t.Fatalf("v = %q", n.Value)
+	}
+	return v
+}
+
+// txRig is a table on a server with transactions (DynamoDB Local, from
+// ddbtest.Transactional), keyed by a string pk and a number n, reached
+// directly, past any conflict emulator.
+type txRig struct {
+	t      *testing.T
+	srv    *ddbtest.Server
+	table  string
+	direct *dynamodb.Client
+}
+
+func newTxRig(t *testing.T) *txRig {
+	t.Helper()
+	srv, err := ddbtest.Transactional()
+	if err != nil {
+		t.Fatalf("a server with transactions: %v", err)
+	}
+	r := &txRig{t: t, srv: srv, table: ddbtest.TableName(t), direct: srv.ClientFor(ddbtest.DirectEndpoint(srv), 1)}
+	ctx := context.Background()
+	_, err = r.direct.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: aws.String(r.table),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("n"), KeyType: types.KeyTypeRange},
+		},
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("n"), AttributeType: types.ScalarAttributeTypeN},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatalf("CreateTable: %v", err)
+	}
+	eventually(t, "the table to be active", func() bool {
+		out, err := r.direct.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(r.table)})
+		return err == nil && out.Table.TableStatus == types.TableStatusActive
+	})
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if _, err := r.direct.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(r.table), Item: r.item(k, "1")}); err != nil {
+			t.Fatalf("PutItem %s: %v", k, err)
+		}
+	}
+	return r
+}
+
+// proxy starts a proxy in front of target (the server's own endpoint
+// when empty).
+func (r *txRig) proxy(target string, opts ...faultproxy.Option) *faultproxy.Proxy {
+	r.t.Helper()
+	if target == "" {
+		target = ddbtest.DirectEndpoint(r.srv)
+	}
+	p, err := faultproxy.Start(target, opts...)
+	if err != nil {
+		r.t.Fatalf("Start: %v", err)
+	}
+	r.t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			r.t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// key is the key of item pk with the number n spelt as given.
+func (r *txRig) key(pk, n string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: pk},
+		"n":  &types.AttributeValueMemberN{Value: n},
+	}
+}
+
+func (r *txRig) item(pk, n string) map[string]types.AttributeValue {
+	it := r.key(pk, n)
+	it["data"] = &types.AttributeValueMemberS{Value: "x"}
+	return it
+}
+
+func (r *txRig) update(pk, n string) *types.Update {
+	return &types.Update{
+		TableName:                 aws.String(r.table),
+		Key:                       r.key(pk, n),
+		UpdateExpression:          aws.String("ADD v :one"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+	}
+}
+
+// updateItem adds one to v of item pk with a plain UpdateItem.
+func (r *txRig) updateItem(ctx context.Context, c *dynamodb.Client, pk, n string) error {
+	u := r.update(pk, n)
+	_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: u.TableName, Key: u.Key,
+		UpdateExpression: u.UpdateExpression, ExpressionAttributeValues: u.ExpressionAttributeValues})
+	return err
+}
+
+// value reads v of item pk (n = 1) from the server.
+func (r *txRig) value(pk string) int {
+	r.t.Helper()
+	out, err := r.direct.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: r.key(pk, "1"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		r.t.Fatalf("GetItem %q from the server: %v", pk, err)
+	}
+	if n, ok := out.Item["v"].(*types.AttributeValueMemberN); ok {
+		v, _ := strconv.Atoi(n.Value)
+		return v
+	}
+	return 0
+}
+
+// guarded is a guarded write's shape: a condition check on a and an
+// update of b.
+func (r *txRig) guarded() []types.TransactWriteItem {
+	return []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{TableName: aws.String(r.table), Key: r.key("a", "1"), ConditionExpression: aws.String("attribute_exists(pk)")}},
+		{Update: r.update("b", "1")},
+	}
+}
+
+// goTransact starts a TransactWriteItems and returns its outcome's
+// channel.
+func goTransact(c *dynamodb.Client, items []types.TransactWriteItem) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		errc <- err
+	}()
+	return errc
+}
+
+// held waits until the proxy holds n transactions (it has admitted them).
+func held(t *testing.T, p *faultproxy.Proxy, n int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d transactions held", n), func() bool { return p.Counts().Transactions >= n })
+}
+
+// reasons returns the codes of a cancelled transaction's reasons.
+func reasons(t *testing.T, err error) []string {
+	t.Helper()
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		t.Fatalf("%v; want *types.TransactionCanceledException", err)
+	}
+	var codes []string
+	for _, r := range tce.CancellationReasons {
+		codes = append(codes, aws.ToString(r.Code))
+	}
+	return codes
+}
+
+// hold is how long the tests' proxies hold a transaction: long enough for
+// the requests a test sends meanwhile, on a busy machine.
+const hold = 2 * time.Second
+
+// Write against transaction: plain writes of an item a transaction in
+// flight touches are refused with TransactionConflictException (which the
+// SDK does not retry); writes of other items, and reads, go through; once
+// the transaction is over, the write goes through.
+func TestConflictWriteAgainstTransaction(t *testing.T) {
+	r := newTxRig(t)
+	p := r.proxy("", faultproxy.WithTransactionDuration(hold))
+	c := r.srv.ClientFor(p.URL(), 3)
+	ctx := context.Background()
+
+	tx := append(r.guarded(), types.TransactWriteItem{Put: &types.Put{TableName: aws.String(r.table), Item: r.item("e", "7")}})
+	errc := goTransact(c, tx)
+	held(t, p, 1)
+
+	var tce *types.TransactionConflictException
+	// The ConditionCheck's item, its number spelt otherwise.
+	if err := r.updateItem(ctx, c, "a", "1.0"); !errors.As(err, &tce) {
+		t.Errorf("UpdateItem of the condition-checked item: %v; want *types.TransactionConflictException", err)
+	}
+	// The Put's item, known by the table's key schema.
+	_, err := c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(r.table), Item: r.item("e", "7")})
+	if !errors.As(err, &tce) {
+		t.Errorf("PutItem of the transaction's Put item: %v; want *types.TransactionConflictException", err)
+	}
+	_, err = c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(r.table), Key: r.key("b", "1")})
+	if !errors.As(err, &tce) {
+		t.Errorf("DeleteItem of the transaction's Update item: %v; want *types.TransactionConflictException", err)
+	}
+	// Other items, and reads, are not held up.
+	if err := r.updateItem(ctx, c, "c", "1"); err != nil {
+		t.Errorf("UpdateItem of an item outside the transaction: %v", err)
+	}
+	if err := r.updateItem(ctx, c, "a", "2"); err != nil {
+		t.Errorf("UpdateItem of another item of a's partition: %v", err)
+	}
+	if _, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: r.key("a", "1")}); err != nil {
+		t.Errorf("GetItem of the transaction's item: %v", err)
+	}
+	cnt := p.Counts()
+	if got := cnt.ByOp["UpdateItem"]; got != 3 {
+		t.Errorf("the proxy received %d UpdateItem, want 3: the SDK must not retry a TransactionConflictException", got)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the transaction ended while held: %v", err)
+	default:
+	}
+	if r.value("a") != 0 {
+		t.Error("a refused UpdateItem reached the server")
+	}
+
+	if err := <-errc; err != nil {
+		t.Fatalf("the transaction: %v", err)
+	}
+	if r.value("b") != 1 {
+		t.Error("the transaction did not land")
+	}
+	if err := r.updateItem(ctx, c, "a", "1"); err != nil {
+		t.Fatalf("UpdateItem after the transaction: %v", err)
+	}
+	if r.value("a") != 1 {
+		t.Error("the UpdateItem after the transaction did not land")
+	}
+	cnt = p.Counts()
+	want := map[string]int64{"UpdateItem": 1, "PutItem": 1, "DeleteItem": 1}
+	if diff := cmp.Diff(want, cnt.Conflicts); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	if cnt.Transactions != 1 || cnt.SchemaLookups != 1 {
+		t.Errorf("transactions %d, schema lookups %d; want 1 and 1", cnt.Transactions, cnt.SchemaLookups)
+	}
+}
+
+// Transaction against transaction: a TransactWriteItems overlapping one in
+// flight is cancelled, with TransactionConflict on exactly the
+// overlapping actions; one that does not overlap goes through.
+func TestConflictTransactionAgainstTransaction(t *testing.T) {
+	r := newTxRig(t)
+	p := r.proxy("", faultproxy.WithTransactionDuration(hold))
+	c := r.srv.ClientFor(p.URL(), 3)
+	errc := goTransact(c, r.guarded()) // a and b
+	held(t, p, 1)
+
+	other := goTransact(c, []types.TransactWriteItem{{Update: r.update("d", "1")}})
+	_, err := c.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: r.update("c", "1")},
+		{Put: &types.Put{TableName: aws.String(r.table), Item: r.item("b", "1.000")}},
+		{Delete: &types.Delete{TableName: aws.String(r.table), Key: r.key("e", "1")}},
+		{ConditionCheck: &types.ConditionCheck{TableName: aws.String(r.table), Key: r.key("a", "1"), ConditionExpression: aws.String("attribute_exists(pk)")}},
+	}})
+	if diff := cmp.Diff([]string{"None", "TransactionConflict", "None", "TransactionConflict"}, reasons(t, err)); diff != "" {
+		t.Errorf("cancellation reasons (-want +got):\n%s", diff)
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("the first transaction: %v", err)
+	}
+	if err := <-other; err != nil {
+		t.Errorf("a transaction on other items: %v", err)
+	}
+	if r.value("c") != 0 || r.value("b") != 1 || r.value("d") != 1 {
+		t.Errorf("c, b, d = %d, %d, %d; want 0 (cancelled), 1, 1", r.value("c"), r.value("b"), r.value("d"))
+	}
+	cnt := p.Counts()
+	if diff := cmp.Diff(map[string]int64{"TransactWriteItems": 1}, cnt.Conflicts); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	if cnt.Transactions != 2 {
+		t.Errorf("transactions held %d, want 2", cnt.Transactions)
+	}
+}
+
+// Read transaction against writes: a TransactGetItems with an item that a
+// write in flight writes is cancelled; so is one in flight when a write of
+// one of its items comes, and that write goes through.
+func TestConflictTransactGetItems(t *testing.T) {
+	ctx := context.Background()
+	get := func(r *txRig, c *dynamodb.Client, pks ...string) error {
+		var items []types.TransactGetItem
+		for _, pk := range pks {
+			items = append(items, types.TransactGetItem{Get: &types.Get{TableName: aws.String(r.table), Key: r.key(pk, "1")}})
+		}
+		_, err := c.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: items})
+		return err
+	}
+
+	t.Run("TransactWriteItems in flight", func(t *testing.T) {
+		r := newTxRig(t)
+		p := r.proxy("", faultproxy.WithTransactionDuration(hold))
+		c := r.srv.ClientFor(p.URL(), 3)
+		errc := goTransact(c, r.guarded())
+		held(t, p, 1)
+		if diff := cmp.Diff([]string{"None", "TransactionConflict"}, reasons(t, get(r, c, "c", "b"))); diff != "" {
+			t.Errorf("cancellation reasons (-want +got):\n%s", diff)
+		}
+		if err := <-errc; err != nil {
+			t.Errorf("the transaction: %v", err)
+		}
+		if err := get(r, c, "c", "b"); err != nil {
+			t.Errorf("TransactGetItems after the transaction: %v", err)
+		}
+	})
+
+	// A plain or batch write is in flight while it is forwarded: a
+	// second proxy behind the one under test holds it.
+	for _, op := range []string{"UpdateItem", "BatchWriteItem"} {
+		t.Run(op+" in flight", func(t *testing.T) {
+			r := newTxRig(t)
+			slow := r.proxy("", faultproxy.WithoutConflicts())
+			slow.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: op, Delay: hold})
+			p := r.proxy(slow.URL(), faultproxy.WithTransactionDuration(0))
+			c := r.srv.ClientFor(p.URL(), 3)
+			errc := make(chan error, 1)
+			go func() {
+				if op == "UpdateItem" {
+					errc <- r.updateItem(ctx, c, "b", "1")
+					return
+				}
+				_, err := c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{
+					r.table: {{PutRequest: &types.PutRequest{Item: r.item("b", "1")}}},
+				}})
+				errc <- err
+			}()
+			eventually(t, "the write to be forwarded", func() bool { return slow.Counts().ByOp[op] == 1 })
+			if diff := cmp.Diff([]string{"TransactionConflict", "None"}, reasons(t, get(r, c, "b", "a"))); diff != "" {
+				t.Errorf("cancellation reasons (-want +got):\n%s", diff)
+			}
+			if err := <-errc; err != nil {
+				t.Errorf("%s: %v", op, err)
+			}
+			if err := get(r, c, "b", "a"); err != nil {
+				t.Errorf("TransactGetItems after the write: %v", err)
+			}
+			if got := p.Counts().Conflicts; got["TransactGetItems"] != 1 {
+				t.Errorf("conflicts %v; want one TransactGetItems", got)
+			}
+		})
+	}
+
+	t.Run("write comes while in flight", func(t *testing.T) {
+		r := newTxRig(t)
+		p := r.proxy("", faultproxy.WithTransactionDuration(hold))
+		c := r.srv.ClientFor(p.URL(), 3)
+		errc := make(chan error, 1)
+		go func() { errc <- get(r, c, "a", "c", "d") }()
+		held(t, p, 1)
+		if err := r.updateItem(ctx, c, "c", "1"); err != nil {
+			t.Fatalf("UpdateItem of an item a TransactGetItems in flight reads: %v", err)
+		}
+		if diff := cmp.Diff([]string{"None", "TransactionConflict", "None"}, reasons(t, <-errc)); diff != "" {
+			t.Errorf("cancellation reasons (-want +got):\n%s", diff)
+		}
+		if r.value("c") != 1 {
+			t.Error("the UpdateItem did not land")
+		}
+		if got := p.Counts().Conflicts; got["TransactGetItems"] != 1 || len(got) != 1 {
+			t.Errorf("conflicts %v; want one TransactGetItems", got)
+		}
+	})
+}
+
+// WithoutConflicts: nothing is held, and a write meets no conflict from a
+// transaction in flight.
+func TestWithoutConflicts(t *testing.T) {
+	r := newTxRig(t)
+	slow := r.proxy("", faultproxy.WithoutConflicts())
+	slow.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "TransactWriteItems", Delay: hold})
+	p := r.proxy(slow.URL(), faultproxy.WithoutConflicts())
+	if p.EmulatesConflicts() {
+		t.Error("EmulatesConflicts with WithoutConflicts")
+	}
+	c := r.srv.ClientFor(p.URL(), 1)
+	errc := goTransact(c, r.guarded())
+	eventually(t, "the transaction to be forwarded", func() bool { return slow.Counts().ByOp["TransactWriteItems"] == 1 })
+	if err := r.updateItem(context.Background(), c, "a", "1"); err != nil {
+		t.Errorf("UpdateItem during a transaction, without the emulation: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("the transaction: %v", err)
+	}
+	if cnt := p.Counts(); len(cnt.Conflicts) != 0 || cnt.Transactions != 0 || cnt.SchemaLookups != 0 {
+		t.Errorf("counts %+v; want no emulation at all", cnt)
+	}
+}
+
+// A DropReply'd transaction stays in flight until its forward ends, and
+// the emulation is on by default, for DefaultTransactionDuration.
+func TestDropReplyTransactionInFlight(t *testing.T) {
+	r := newTxRig(t)
+	slow := r.proxy("", faultproxy.WithoutConflicts())
+	slow.MustInject(faultproxy.Rule{Kind: faultproxy.Latency, Op: "TransactWriteItems", Delay: hold})
+	p := r.proxy(slow.URL())
+	if !p.EmulatesConflicts() || p.TransactionDuration() != faultproxy.DefaultTransactionDuration {
+		t.Fatalf("emulation %v for %v; want on for %v by default", p.EmulatesConflicts(), p.TransactionDuration(), faultproxy.DefaultTransactionDuration)
+	}
+	p.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "TransactWriteItems"})
+	c := r.srv.ClientFor(p.URL(), 1)
+	errc := goTransact(c, r.guarded())
+	eventually(t, "the transaction to be forwarded", func() bool { return slow.Counts().ByOp["TransactWriteItems"] == 1 })
+	var tce *types.TransactionConflictException
+	if err := r.updateItem(context.Background(), c, "b", "1"); !errors.As(err, &tce) {
+		t.Errorf("UpdateItem during a DropReply'd transaction's forward: %v; want *types.TransactionConflictException", err)
+	}
+	if err := <-errc; err == nil {
+		t.Error("a transaction whose reply was dropped succeeded")
+	}
+	if r.value("b") != 1 {
+		t.Error("the transaction whose reply was dropped did not land")
+	}
+	if err := r.updateItem(context.Background(), c, "b", "1"); err != nil {
+		t.Errorf("UpdateItem after the forward ended: %v", err)
+	}
+}
+
+// The servers the tests share are behind a conflict emulator when they
+// have transactions, and the emulator really raises conflicts; a proxy
+// stacked on it works.
+func TestSharedServersEmulateConflicts(t *testing.T) {
+	shared := ddbtest.Shared(t)
+	if e := ddbtest.Emulator(shared); (e != nil) != shared.HasTransactions() {
+		t.Errorf("shared %s: emulator %v, transactions %v", shared, e, shared.HasTransactions())
+	} else if e != nil && (shared.Endpoint != e.URL() || ddbtest.DirectEndpoint(shared) == shared.Endpoint) {
+		t.Errorf("shared endpoint %s, emulator %s, direct %s", shared.Endpoint, e.URL(), ddbtest.DirectEndpoint(shared))
+	}
+	if !strings.Contains(ddbtest.Describe(shared), "transaction conflicts: ") {
+		t.Errorf("Describe = %q; want the conflicts said", ddbtest.Describe(shared))
+	}
+
+	if v := os.Getenv(ddbtest.ConflictsEnv); v != "" {
+		t.Skipf("%s=%s tunes the emulator", ddbtest.ConflictsEnv, v)
+	}
+	r := newTxRig(t)
+	e := ddbtest.Emulator(r.srv)
+	if e == nil {
+		t.Fatalf("the transactional server %s has no conflict emulator", r.srv)
+	}
+	if r.srv.Endpoint != e.URL() || !e.EmulatesConflicts() || e.TransactionDuration() != faultproxy.DefaultTransactionDuration {
+		t.Fatalf("endpoint %s, emulator %s emulating %v for %v", r.srv.Endpoint, e.URL(), e.EmulatesConflicts(), e.TransactionDuration())
+	}
+	// Through a proxy stacked on the emulator, which adds no emulation of
+	// its own, transactions race plain writes until one meets a conflict.
+	stacked := r.proxy(r.srv.Endpoint, faultproxy.WithoutConflicts())
+	c := r.srv.ClientFor(stacked.URL(), 1)
+	before := e.Counts()
+	var tce *types.TransactionConflictException
+	conflicted := false
+	for i := 0; i < 50 && !conflicted; i++ {
+		errc := goTransact(c, r.guarded())
+		for {
+			err := r.updateItem(context.Background(), c, "b", "1")
+			if errors.As(err, &tce) {
+				conflicted = true
+			} else if err != nil {
+				t.Fatalf("UpdateItem: %v", err)
+			}
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Fatalf("transaction: %v", err)
+				}
+			default:
+				continue
+			}
+			break
+		}
+	}
+	if !conflicted {
+		t.Fatal("no UpdateItem met a transaction in flight in 50 transactions")
+	}
+	if got := e.Counts().Conflicts["UpdateItem"] - before.Conflicts["UpdateItem"]; got < 1 {
+		t.Errorf("the emulator counted %d UpdateItem conflicts", got)
+	}
+}
+
+// The canned TransactionConflict fault cancels a transaction on its last
+// action, whatever is in flight.
+func TestCannedTransactionConflict(t *testing.T) {
+	r := newTxRig(t)
+	p := r.proxy("")
+	p.MustInject(faultproxy.Rule{Kind: faultproxy.TransactionConflict, Count: 1})
+	c := r.srv.ClientFor(p.URL(), 1)
+	_, err := c.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: r.guarded()})
+	if diff := cmp.Diff([]string{"None", "TransactionConflict"}, reasons(t, err)); diff != "" {
+		t.Errorf("cancellation reasons (-want +got):\n%s", diff)
+	}
+	if r.value("b") != 0 {
+		t.Error("a transaction cancelled by the proxy reached the server")
+	}
+}
+
+// The same transaction sent again (same ClientRequestToken) while it is
+// in flight is refused with TransactionInProgressException, not as a
+// conflict.
+func TestTransactionInProgress(t *testing.T) {
+	r := newTxRig(t)
+	p := r.proxy("", faultproxy.WithTransactionDuration(hold))
+	c := r.srv.ClientFor(p.URL(), 1)
+	// A token of its own: DynamoDB remembers tokens for ten minutes.
+	token := fmt.Sprintf("tok-%d", time.Now().UnixNano())
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: r.guarded(), ClientRequestToken: aws.String(token)}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.TransactWriteItems(context.Background(), in)
+		errc <- err
+	}()
+	held(t, p, 1)
+	_, err := c.TransactWriteItems(context.Background(), in)
+	var tip *types.TransactionInProgressException
+	if !errors.As(err, &tip) {
+		t.Errorf("the same transaction again: %v; want *types.TransactionInProgressException", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("the transaction: %v", err)
+	}
+	if r.value("b") != 1 {
+		t.Errorf("b = %d, want 1: the transaction once", r.value("b"))
+	}
+	if cnt := p.Counts(); cnt.InProgress != 1 || len(cnt.Conflicts) != 0 {
+		t.Errorf("in progress %d, conflicts %v; want 1 and none", cnt.InProgress, cnt.Conflicts)
 	}
 }
