@@ -511,7 +511,7 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	fast := takenFrom != nil && a.fast
 	sent := c.clock.Monotonic()
-	_, err := c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
+	_, err := c.ddb.PutItem(ctx, in, c.callOpts("PutItem")...)
 	if err == nil {
 		return a.won(info, sess, sent, takenFrom, fast)
 	}

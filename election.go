@@ -219,7 +219,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 // of l, on the condition that the item is still l's tenure.
 func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) error {
 	in := c.wire().Proclaim(l.pk, l.sk, l.owner, l.tenure, value)
-	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -144,6 +145,14 @@ type transactWriter interface {
 // random token is sent, so that the SDK's own retries of the call are
 // applied at most once.
 //
+// DynamoDB refuses the lock's heartbeat while a transaction that includes
+// the lock item is under way, and every guarded write does. So when a
+// heartbeat of this lock is refused that way, guarded writes of this lock
+// wait until it has landed (or its HeartbeatTimeout has run out): the
+// holder keeps its lock however densely it writes. Such a wait lasts
+// about as long as the guarded writes in flight then take, plus one
+// UpdateItem.
+//
 // The errors, each an *Error:
 //   - CodeLockNotHeld: the lock is not held, so nothing was written. When
 //     the lock is already known to be lost, no call is made; when the
@@ -192,6 +201,17 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	if err := ctx.Err(); err != nil {
 		return nil, l.lockError(CodeCanceled, "the context ended before the guarded write was sent", context.Cause(ctx))
 	}
+	// A heartbeat of this lock refused by a conflict with this holder's
+	// own guarded writes goes first (sendHeartbeatThroughConflicts).
+	if waited, err := l.gate.enter(ctx); err != nil {
+		return nil, l.lockError(CodeCanceled, "the context ended before the guarded write was sent, while the lock's heartbeat went first", context.Cause(ctx))
+	} else if waited {
+		if err := l.guardable(); err != nil {
+			l.gate.leave()
+			return nil, err
+		}
+	}
+	defer l.gate.leave()
 	req := *in
 	req.TransactItems = make([]types.TransactWriteItem, 0, len(in.TransactItems)+1)
 	req.TransactItems = append(req.TransactItems, types.TransactWriteItem{ConditionCheck: l.guardCheck()})
@@ -199,11 +219,83 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	if aws.ToString(req.ClientRequestToken) == "" {
 		req.ClientRequestToken = aws.String(newRecordVersionNumber())
 	}
-	out, err := tw.TransactWriteItems(ctx, &req, append(c.throttleWatch("TransactWriteItems"), optFns...)...)
+	out, err := tw.TransactWriteItems(ctx, &req, append(c.callOpts("TransactWriteItems"), optFns...)...)
 	if err == nil {
 		return out, nil
 	}
 	return nil, l.guardedWriteError(ctx, err, aws.ToString(req.ClientRequestToken))
+}
+
+// writeGate lets a lock's heartbeat through the holder's own guarded
+// writes. DynamoDB refuses a heartbeat (an UpdateItem of the lock item)
+// while a transaction that includes the item is under way, and every
+// guarded write includes it. A holder writing back to back, from several
+// goroutines, leaves no gap for its heartbeat to land in, so a refused
+// heartbeat holds the gate: guarded writes not yet sent wait until the
+// heartbeat is done, those in flight finish, and the heartbeat is sent
+// again on an item no transaction of this holder is touching. One
+// heartbeat of a lock is in flight at a time, so one holds the gate at
+// most. The gate's mutex is a leaf: nothing is called under it.
+type writeGate struct {
+	mu      sync.Mutex
+	writes  int           // guarded writes in flight
+	held    chan struct{} // while a heartbeat holds the gate; closed when it lets go
+	drained chan struct{} // closed once writes falls to 0 while held
+}
+
+// enter counts a guarded write in flight, after waiting, while a
+// heartbeat holds the gate, for it to let go; waited says it did. It
+// fails only when ctx ends first.
+func (g *writeGate) enter(ctx context.Context) (waited bool, err error) {
+	for {
+		g.mu.Lock()
+		held := g.held
+		if held == nil {
+			g.writes++
+			g.mu.Unlock()
+			return waited, nil
+		}
+		g.mu.Unlock()
+		waited = true
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return waited, ctx.Err()
+		}
+	}
+}
+
+// leave counts a guarded write done.
+func (g *writeGate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.writes--
+	if g.writes == 0 && g.drained != nil {
+		close(g.drained)
+		g.drained = nil
+	}
+}
+
+// hold holds guarded writes back until release is called, and returns a
+// channel closed once those in flight have finished.
+func (g *writeGate) hold() (drained <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held, d := make(chan struct{}), make(chan struct{})
+	g.held = held
+	if g.writes == 0 {
+		close(d)
+	} else {
+		g.drained = d
+	}
+	return d, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.held == held {
+			g.held, g.drained = nil, nil
+		}
+		close(held)
+	}
 }
 
 // checkGuardedInput refuses what DynamoDB would refuse, or worse accept
@@ -270,13 +362,16 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 
 // guardedWriteError explains a failed TransactWriteItems. The answer is
 // the SDK's last attempt's, and an earlier attempt of the same call may
-// have been sent and lost. It still says what happened, because every
-// attempt carries the same ClientRequestToken: DynamoDB answers a repeat
-// of a transaction that committed with success, and of one still under
-// way with TransactionInProgressException, so a cancellation on a later
-// attempt means no attempt committed. (A fault proxy that makes up a
-// cancellation without asking the server breaks this; real DynamoDB and
-// DynamoDB Local do not.)
+// have been sent and lost. A cancellation still says what happened,
+// because every attempt carries the same ClientRequestToken: DynamoDB
+// answers a repeat of a transaction that committed with success, and of
+// one still under way with TransactionInProgressException, so a
+// cancellation on a later attempt means no attempt committed. (A fault
+// proxy that makes up a cancellation without asking the server breaks
+// this; real DynamoDB and DynamoDB Local do not.) Any other last answer
+// (a failed dial, a throttle) says nothing of an earlier attempt that was
+// sent and lost: the call's options judge every attempt
+// (wire.JudgeAttempts), and such a call is OUTCOME_UNKNOWN.
 func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
 	if reasons, ok := wire.CancellationReasons(err); ok {

@@ -3,12 +3,15 @@ package ddblock
 import (
 	"container/heap"
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
+
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // heartbeater is the client's one heartbeat scheduler.
@@ -475,7 +478,7 @@ func (c *Client) heartbeat(l *Lock, oldRVN string, unknown []string) (lastWrite 
 	// Close that gives up cancels it, through sendCtx.
 	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
-	hb, err, stolen, _ := c.refreshItem(ctx, l.pk, l.sk, oldRVN, unknown, false)
+	hb, err, stolen, _ := c.refreshItem(ctx, l.pk, l.sk, oldRVN, unknown, false, &l.gate)
 	l.mu.Lock()
 	close(l.hb.finish())
 	gap := hb.sent - l.lastHeartbeat
@@ -532,6 +535,66 @@ func (c *Client) sendHeartbeat(ctx context.Context, pk, sk, oldRVN string) (sent
 	}
 	in := c.wire().Heartbeat(pk, sk, oldRVN, hb.rvn, hb.expiry, stamp)
 	hb.sent = c.clock.Monotonic()
-	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
 	return hb, err
+}
+
+// A heartbeat refused by a transaction conflict is retried at once, not a
+// period later. DynamoDB refuses a plain write of an item that a
+// TransactWriteItems under way includes, and every guarded write includes
+// the lock item (its guard), so a holder that writes through its lock
+// back to back would otherwise see its heartbeats refused one after the
+// other and its lock go into danger while its writes commit.
+//
+// The back-off waits in real time, not on the client's clock: what it
+// waits for is a transaction under way in DynamoDB, which takes tens of
+// milliseconds of the server's time.
+const (
+	conflictBackoffMin = 10 * time.Millisecond
+	conflictBackoffMax = 160 * time.Millisecond
+)
+
+// sendHeartbeatThroughConflicts sends a heartbeat, and sends it again
+// while DynamoDB refuses it for a transaction conflict, until ctx (the
+// heartbeat's timeout) ends. gate, when not nil, is the lock's: after the
+// first conflict it holds the holder's own guarded writes back, and the
+// next try goes as soon as those in flight have finished. Tries that meet
+// transactions it cannot hold back (the holder's own, built on
+// Lock.Guard; another process's) back off with jitter, and so does a try
+// whose guarded writes are slow to finish: a write stuck on a dead
+// connection must not keep the heartbeat waiting. A conflict proves the
+// write was refused, so each try is a fresh heartbeat of its own; one
+// whose earlier attempt may have landed is returned for the caller to
+// remember (hbState.failed).
+func (c *Client) sendHeartbeatThroughConflicts(ctx context.Context, pk, sk, oldRVN string, gate *writeGate) (sentHeartbeat, error) {
+	var drained <-chan struct{} // nil once the writes held back have finished, or with no gate
+	held := false
+	backoff := conflictBackoffMin
+	for {
+		hb, err := c.sendHeartbeat(ctx, pk, sk, oldRVN)
+		if !wire.TransactionConflict(err) || wire.OutcomeUnknown(err) {
+			return hb, err
+		}
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		backoff = min(2*backoff, conflictBackoffMax)
+		if gate != nil && !held {
+			var release func()
+			drained, release = gate.hold()
+			held = true
+			defer release()
+			// The writes in flight take about a transaction's time; wait
+			// for them, but not for one stuck on a dead connection.
+			wait = conflictBackoffMax
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-drained:
+			drained = nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return hb, err
+		}
+		t.Stop()
+	}
 }

@@ -14,7 +14,7 @@ import (
 // readItem reads a lock item with a strongly consistent GetItem; nil
 // when there is none.
 func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error) {
-	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
+	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
 	if err != nil {
 		return nil, err
 	}

@@ -275,7 +275,7 @@ func (l *line) first() bool { return l != nil && l.entered && l.index == 0 }
 
 // read reads the line's tickets, strongly consistent.
 func (l *line) read(ctx context.Context) ([]Ticket, error) {
-	out, err := l.c.ddb.GetItem(ctx, l.c.wire().Get(l.pk, l.sk), l.c.throttleWatch("GetItem")...)
+	out, err := l.c.ddb.GetItem(ctx, l.c.wire().Get(l.pk, l.sk), l.c.callOpts("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +323,7 @@ func (l *line) enqueue(ctx context.Context) (int, error) {
 	c := l.c
 	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Since: l.ticket.Since, Grace: l.ticket.Grace}
 	in := c.wire().Enqueue(l.pk, l.sk, t, maxLine, c.clock.Now().Add(lineTTL))
-	out, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
+	out, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
 	if wire.ConditionFailed(err) {
 		return 0, nil
 	}
@@ -349,7 +349,7 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 		// Alone when last seen: the item goes. Should someone have come
 		// since, this fails its condition and the ticket is removed from
 		// the list below.
-		_, err = c.ddb.DeleteItem(ctx, c.wire().DeleteLine(l.pk, l.sk, id), c.throttleWatch("DeleteItem")...)
+		_, err = c.ddb.DeleteItem(ctx, c.wire().DeleteLine(l.pk, l.sk, id), c.callOpts("DeleteItem")...)
 		if err == nil {
 			return true, nil
 		}
@@ -357,7 +357,7 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 			return false, err
 		}
 	}
-	out, err := c.ddb.UpdateItem(ctx, c.wire().Dequeue(l.pk, l.sk, id, i), c.throttleWatch("UpdateItem")...)
+	out, err := c.ddb.UpdateItem(ctx, c.wire().Dequeue(l.pk, l.sk, id, i), c.callOpts("UpdateItem")...)
 	if wire.ConditionFailed(err) {
 		return false, nil
 	}
@@ -368,7 +368,7 @@ func (l *line) remove(ctx context.Context, id string, i int, alone bool) (bool, 
 		// This removal emptied the line (whoever made it thought others
 		// were in it): the item goes too, unless someone came since.
 		// Best effort: an empty line left behind goes with its TTL.
-		if _, err := c.ddb.DeleteItem(ctx, c.wire().DeleteEmptyLine(l.pk, l.sk), c.throttleWatch("DeleteItem")...); err != nil && !wire.ConditionFailed(err) {
+		if _, err := c.ddb.DeleteItem(ctx, c.wire().DeleteEmptyLine(l.pk, l.sk), c.callOpts("DeleteItem")...); err != nil && !wire.ConditionFailed(err) {
 			c.log.Warn("ddblock: could not delete an empty fair waiters' line; it goes with its TTL", "line", l.pk, "err", err)
 		}
 	}

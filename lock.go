@@ -88,6 +88,10 @@ type Lock struct {
 	// The heartbeat scheduler's record of this lock, guarded by the
 	// scheduler's mutex (heartbeater.go).
 	sched schedEntry
+
+	// gate lets a heartbeat refused by a transaction conflict through
+	// the holder's own guarded writes (guard.go); it has its own mutex.
+	gate writeGate
 }
 
 // PartitionKey returns the lock's partition key.

@@ -87,22 +87,28 @@ func (NoMetrics) CallThrottled(string) {}
 // CallbackLate does nothing.
 func (NoMetrics) CallbackLate(time.Duration) {}
 
-// throttleWatch returns per-call SDK options that report every throttled
-// attempt of operation to the client's metrics. They add a middleware to
-// the call's stack just inside the SDK's retry middleware, where it sees
-// each attempt's outcome, and leave the retryer alone: a wrapper around
-// the retryer would hide its aws.RetryerV2 side (GetAttemptToken), and
-// with it the client-side rate limiter of the SDK's adaptive retry mode.
-func (c *Client) throttleWatch(operation string) []func(*dynamodb.Options) {
-	if _, none := c.opts.Metrics.(NoMetrics); none {
-		return nil
-	}
+// callOpts returns the per-call SDK options every DynamoDB call of the
+// client carries. They add middlewares to the call's stack around and
+// just inside the SDK's retry middleware, where they see each attempt's
+// outcome, and leave the retryer alone: a wrapper around the retryer
+// would hide its aws.RetryerV2 side (GetAttemptToken), and with it the
+// client-side rate limiter of the SDK's adaptive retry mode.
+//
+// One judges the call by all its attempts (wire.JudgeAttempts): a call
+// whose first attempt may have been applied is never reported as never
+// sent because its retries could not connect. The other reports every
+// throttled attempt of operation to the client's metrics.
+func (c *Client) callOpts(operation string) []func(*dynamodb.Options) {
 	m := c.opts.Metrics
+	_, none := m.(NoMetrics)
 	return []func(*dynamodb.Options){func(o *dynamodb.Options) {
 		// o is the call's own copy of the client's options.
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return addThrottleCounter(s, operation, m)
-		})
+		o.APIOptions = append(o.APIOptions, wire.JudgeAttempts)
+		if !none {
+			o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+				return addThrottleCounter(s, operation, m)
+			})
+		}
 	}}
 }
 

@@ -200,12 +200,12 @@ func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool)
 		return c.deleteItem(ctx, pk, sk, rvn)
 	}
 	in := c.wire().MarkReleased(pk, sk, rvn, c.clock.Now().Add(c.opts.ExpiryPeriod))
-	_, err := c.ddb.UpdateItem(ctx, in, c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
 	return err
 }
 
 func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
-	_, err := c.ddb.DeleteItem(ctx, c.wire().Delete(pk, sk, rvn), c.throttleWatch("DeleteItem")...)
+	_, err := c.ddb.DeleteItem(ctx, c.wire().Delete(pk, sk, rvn), c.callOpts("DeleteItem")...)
 	return err
 }
 

@@ -472,7 +472,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 		}
 		for i := range span {
 			pk, sk := s.slotKey(i)
-			out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
+			out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
 			if err != nil {
 				return nil, err
 			}
@@ -486,7 +486,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 	}
 	var start map[string]types.AttributeValue
 	for {
-		out, err := c.ddb.Query(ctx, c.wire().Query(s.name, start), c.throttleWatch("Query")...)
+		out, err := c.ddb.Query(ctx, c.wire().Query(s.name, start), c.callOpts("Query")...)
 		if err != nil {
 			return nil, err
 		}
@@ -507,7 +507,7 @@ func (s *Semaphore) read(ctx context.Context) (*semaphoreView, error) {
 func (s *Semaphore) readMeta(ctx context.Context) (*semaphoreMeta, error) {
 	c := s.c
 	pk, sk := s.metaKey()
-	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.throttleWatch("GetItem")...)
+	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
 	if err != nil {
 		return nil, err
 	}
@@ -580,7 +580,7 @@ func (s *Semaphore) inForce(meta *semaphoreMeta) (int, error) {
 func (s *Semaphore) createMeta(ctx context.Context) (*semaphoreMeta, error) {
 	c := s.c
 	pk, sk := s.metaKey()
-	_, err := c.ddb.PutItem(ctx, c.wire().CreateSemaphoreMeta(pk, sk, s.asked), c.throttleWatch("PutItem")...)
+	_, err := c.ddb.PutItem(ctx, c.wire().CreateSemaphoreMeta(pk, sk, s.asked), c.callOpts("PutItem")...)
 	if err == nil {
 		return &semaphoreMeta{slots: s.asked, span: s.asked}, nil
 	}
@@ -889,7 +889,7 @@ func (s *Semaphore) writeSize(ctx context.Context, slots int) (version int, abov
 			next.Span = span
 		}
 		in := c.wire().ResizeSemaphore(pk, sk, seen, next)
-		_, err = c.ddb.PutItem(ctx, in, c.throttleWatch("PutItem")...)
+		_, err = c.ddb.PutItem(ctx, in, c.callOpts("PutItem")...)
 		if err != nil && !wire.ConditionFailed(err) && wire.OutcomeUnknown(err) && s.written(ctx, slots, version) {
 			err = nil // the reply was lost (the context ended, say), not the write
 		}
@@ -920,7 +920,7 @@ func (s *Semaphore) written(ctx context.Context, slots, version int) bool {
 func (s *Semaphore) writeSpan(ctx context.Context, slots, version int) error {
 	c := s.c
 	pk, sk := s.metaKey()
-	_, err := c.ddb.UpdateItem(ctx, c.wire().DropSemaphoreSpan(pk, sk, version), c.throttleWatch("UpdateItem")...)
+	_, err := c.ddb.UpdateItem(ctx, c.wire().DropSemaphoreSpan(pk, sk, version), c.callOpts("UpdateItem")...)
 	switch {
 	case err == nil:
 		return nil
@@ -1034,7 +1034,7 @@ func (c *Client) ListSemaphores(ctx context.Context) iter.Seq2[*SemaphoreInfo, e
 	return func(yield func(*SemaphoreInfo, error) bool) {
 		var start map[string]types.AttributeValue
 		for {
-			out, err := c.ddb.Scan(ctx, c.wire().ScanSemaphores(start), c.throttleWatch("Scan")...)
+			out, err := c.ddb.Scan(ctx, c.wire().ScanSemaphores(start), c.callOpts("Scan")...)
 			if err != nil {
 				yield(nil, c.tableError(err, "listing semaphores", "", ""))
 				return

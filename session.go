@@ -207,7 +207,7 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		info.HeartbeatTime = now
 	}
 	sent := c.clock.Monotonic()
-	_, err := c.ddb.PutItem(ctx, c.wire().PutNew(c.codec.encode(info), false), c.throttleWatch("PutItem")...)
+	_, err := c.ddb.PutItem(ctx, c.wire().PutNew(c.codec.encode(info), false), c.callOpts("PutItem")...)
 	if err != nil && wire.ConditionFailed(err) {
 		// The key is fresh and random: an item there is our own put,
 		// whose reply was lost and whose retry by the SDK then failed.
@@ -342,7 +342,7 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 	ctx, cancel := context.WithTimeout(c.sendCtx, c.opts.HeartbeatTimeout)
 	defer cancel()
 	last := s.lastGoodSent()
-	hb, err, lost, found := c.refreshItem(ctx, s.pk, s.sk, oldRVN, unknown, true)
+	hb, err, lost, found := c.refreshItem(ctx, s.pk, s.sk, oldRVN, unknown, true, nil)
 	reply := c.clock.Monotonic()
 	c.opts.Metrics.HeartbeatFinished(hb.sent-last, s.lease, err)
 	s.mu.Lock()
@@ -526,9 +526,11 @@ func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, se
 // connection): any of them may be in the table. lost reports that the
 // item is someone else's now, or gone (found is then what is there, or
 // nil); a session item counts as someone else's once it lacks the
-// session mark.
-func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
-	hb, err = c.sendHeartbeat(ctx, pk, sk, oldRVN)
+// session mark. gate, when not nil, holds the holder's own guarded writes
+// back while a heartbeat refused by a transaction conflict is retried
+// (see sendHeartbeatThroughConflicts).
+func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool, gate *writeGate) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
+	hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, oldRVN, gate)
 	if err == nil || !wire.ConditionFailed(err) {
 		return hb, err, false, nil
 	}
@@ -547,7 +549,7 @@ func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown
 		return hb, nil, false, nil
 	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
 		// An earlier heartbeat landed: carry on from its version.
-		hb, err = c.sendHeartbeat(ctx, pk, sk, info.RecordVersionNumber)
+		hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, info.RecordVersionNumber, gate)
 		return hb, err, err != nil && wire.ConditionFailed(err), nil // taken since that read
 	default:
 		return hb, err, true, info

@@ -28,10 +28,18 @@ func Throttled(err error) bool {
 // (see NeverSent). Anything after the request was sent may have been: a
 // timeout or a cancel while waiting for the reply, a connection reset
 // mid-response, a 5xx. Only an answer from DynamoDB that refused the
-// write (a 4xx) says it was not applied.
+// write (a 4xx) says it was not applied, and only when no earlier
+// attempt of the same call may have been (see EarlierAttemptError). A
+// cancelled transaction says so even then: every attempt of one carries
+// the same client request token, and DynamoDB answers the repeat of a
+// committed one with success.
 func OutcomeUnknown(err error) bool {
-	if NeverSent(err) {
+	if err == nil || NeverSent(err) {
 		return false
+	}
+	if earlierAttempt(err) {
+		var canceled *types.TransactionCanceledException
+		return !errors.As(err, &canceled)
 	}
 	var api smithy.APIError
 	if !errors.As(err, &api) {
@@ -41,10 +49,16 @@ func OutcomeUnknown(err error) bool {
 }
 
 // NeverSent reports whether err says the request could not be sent: the
-// connection to the endpoint was never made. Go's HTTP transport dials
-// before it writes a request, and reports a failed dial (DNS included)
-// as a *net.OpError whose Op is "dial".
+// connection to the endpoint was never made, on the last attempt and on
+// every earlier one. Go's HTTP transport dials before it writes a
+// request, and reports a failed dial (DNS included) as a *net.OpError
+// whose Op is "dial".
 func NeverSent(err error) bool {
+	return !earlierAttempt(err) && neverSentAlone(err)
+}
+
+// neverSentAlone is NeverSent for one attempt's error.
+func neverSentAlone(err error) bool {
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		return true
@@ -110,4 +124,14 @@ func CancellationReasons(err error) ([]types.CancellationReason, bool) {
 		return nil, false
 	}
 	return canceled.CancellationReasons, true
+}
+
+// TransactionConflict reports whether DynamoDB refused a plain write
+// (PutItem, UpdateItem, DeleteItem) because a transaction that includes
+// its item was under way. Nothing was written, unless an earlier attempt
+// of the same call may have been (see OutcomeUnknown). The SDK does not
+// retry it by itself.
+func TransactionConflict(err error) bool {
+	var conflict *types.TransactionConflictException
+	return errors.As(err, &conflict)
 }
