@@ -3,9 +3,15 @@ package reliability
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
@@ -150,4 +156,150 @@ func takenFrom(lock *ddblock.Lock) string {
 		return prev.OwnerName
 	}
 	return ""
+}
+
+// The progress check must be able to fail, with real locks: a waiter
+// that tries once, finds the lock held, and gives up only after its
+// holder released it and a second went by (a waiter that stopped
+// looking) is caught; a waiter that looks every retry period and gives
+// up while the lock is still held is not.
+func TestCheckerCatchesWaiterThatStoppedLooking(t *testing.T) {
+	for _, careful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("careful=%v", careful), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			// The clients' calls are logged until they are closed, after
+			// the check: the log is read under its own lock.
+			buf := &lockedBuffer{}
+			log := mutexcheck.NewLog(buf)
+			// Nothing here waits out a lease: a long safe period that a
+			// loaded machine cannot eat.
+			opts := times(100*time.Millisecond, 5*time.Second, 10*time.Second)
+			client := func(name string) *ddblock.Client {
+				c := e.client(&mutexcheck.Recorder{API: e.direct, Client: name, Log: log}, append(opts, ddblock.WithOwnerName(name))...)
+				log.Params(name, name, "inproc", mutexcheck.Now(), 10*time.Second, 10*time.Millisecond, 100*time.Millisecond, "calls")
+				return c
+			}
+			a, w := client("a"), client("w")
+			ctx := context.Background()
+
+			start := mutexcheck.Now()
+			log.Attempting("a", "k", start)
+			lock, err := a.AcquireLock(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Attempted("a", "k", start, mutexcheck.Now(), "acquired")
+			log.Acquired("a#1", "k", mutexcheck.Now(), lock.RecordVersionNumber(), lock.FencingToken(), "")
+			log.Step("a#1", mutexcheck.Now())
+
+			wStart := mutexcheck.Now()
+			log.Attempting("w", "k", wStart)
+			var outcome string
+			if careful {
+				// Gives up while a holds the lock.
+				_, err := w.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(10*time.Millisecond), ddblock.WithRetryTimeout(300*time.Millisecond))
+				outcome = string(ddblock.CodeOf(err))
+				if outcome != string(ddblock.CodeAcquireTimeout) {
+					t.Fatalf("a careful waiter while a holds the lock: %v; want ACQUIRE_TIMEOUT", err)
+				}
+				log.Attempted("w", "k", wStart, mutexcheck.Now(), outcome)
+			} else {
+				if _, err := w.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+					t.Fatalf("the first try: %v; want LOCK_HELD", err)
+				}
+				outcome = string(ddblock.CodeAcquireTimeout) // what it will say
+			}
+			// a works on, then releases.
+			time.Sleep(50 * time.Millisecond)
+			for range 5 {
+				tl := mutexcheck.Now()
+				if lock.Err() != nil {
+					t.Fatalf("a lost its lock: %v", lock.Err())
+				}
+				log.Step("a#1", tl)
+				time.Sleep(100 * time.Millisecond)
+			}
+			log.Ended("a#1", mutexcheck.Now(), "done")
+			if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+				t.Fatal(err)
+			}
+			log.Released("a#1", mutexcheck.Now(), "ok")
+			if !careful {
+				time.Sleep(time.Second) // not looking
+				log.Attempted("w", "k", wStart, mutexcheck.Now(), outcome)
+			}
+
+			events, err := mutexcheck.Parse(bytes.NewReader(buf.bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := mutexcheck.Check(events)
+			if len(rep.Problems) > 0 || rep.ProgressChecked != 1 {
+				t.Fatalf("problems %v, failed waits checked %d; want 1", rep.Problems, rep.ProgressChecked)
+			}
+			if careful && len(rep.ProgressViolations) != 0 {
+				t.Errorf("a waiter that gave up while the lock was held: %v", rep.ProgressViolations)
+			}
+			if !careful {
+				if len(rep.ProgressViolations) != 1 {
+					t.Fatalf("the checker missed a waiter that stopped looking:\n%s", rep.Summary())
+				}
+				// It stood free for the second w slept, at least; w made
+				// no call then.
+				if v := rep.ProgressViolations[0]; v.Free < time.Second || v.Holder != "w" {
+					t.Errorf("violation %s", v)
+				}
+				t.Logf("caught: %s", rep.ProgressViolations[0])
+			}
+		})
+	}
+}
+
+// lockedBuffer is a buffer that may be written and read at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// A put whose first attempt landed and lost its answer, and whose
+// retry by the SDK failed its condition on what that attempt wrote, may
+// have written: the Recorder logs it as "err", not "cond", so that the
+// progress check counts the item it may have left.
+func TestRecorderSeesRetriedPutAsUnknown(t *testing.T) {
+	e := newEnv(t)
+	p := e.proxy()
+	buf := &lockedBuffer{}
+	log := mutexcheck.NewLog(buf)
+	rec := &mutexcheck.Recorder{API: ddbtest.Shared(t).ClientFor(p.URL(), 3), Client: "c", Log: log}
+	p.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "PutItem", Count: 1})
+	item := map[string]types.AttributeValue{
+		ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: "k"},
+		ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: ddblock.DefaultSortKey},
+		"record_version_number":         &types.AttributeValueMemberS{Value: "v1"},
+	}
+	_, err := rec.PutItem(context.Background(), &dynamodb.PutItemInput{
+		TableName: aws.String(e.table), Item: item,
+		ConditionExpression: aws.String("attribute_not_exists(" + ddblock.DefaultPartitionKeyName + ")"),
+	})
+	var cond *types.ConditionalCheckFailedException
+	if !errors.As(err, &cond) {
+		t.Fatalf("the retried put: %v; want its condition failed (the first attempt landed)", err)
+	}
+	events, perr := mutexcheck.Parse(bytes.NewReader(buf.bytes()))
+	if perr != nil || len(events) != 1 || events[0].Note != "err" || events[0].Detail != "v1" {
+		t.Fatalf("logged %+v (%v); want one put of v1 with an unknown outcome", events, perr)
+	}
 }

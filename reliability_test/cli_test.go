@@ -192,6 +192,7 @@ type cliChaos struct {
 	keys    []string
 	events  *mutexcheck.Log // in-process holders, and the run slots' failures
 	proxies []*faultproxy.Proxy
+	targets []string // whom each proxy's faults strike (see chaos.targets)
 	slots   []*runSlot
 
 	problemsMu sync.Mutex
@@ -365,13 +366,16 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 	defer stopHolders()
 	var wg sync.WaitGroup
 	flavours := mutexcheck.Flavours(cfg.MaxClockSkew)
+	wg.Go(func() { mutexcheck.WatchStalls(holders, c.events, "inproc") })
 	for i := range cfg.InProcess {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
 		fl := flavours[i%len(flavours)]
 		name := fmt.Sprintf("lib%d-%s", i, fl.Name)
+		c.targets = append(c.targets, name)
 		opts := append(append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease), ddblock.WithOwnerName(name)), fl.Options...)
-		client := c.env.client(ddbtest.NewClient(p.URL(), c.srv.External, 1), opts...)
+		api := &mutexcheck.Recorder{API: ddbtest.NewClient(p.URL(), c.srv.External, 1), Client: name, Log: c.events}
+		client := c.env.client(api, opts...)
 		h := &mutexcheck.Holder{
 			ID: name, Client: client, Keys: c.keys, Log: c.events,
 			HoldMin: cfg.HoldMin, HoldMax: cfg.HoldMax, StepEvery: cfg.Step,
@@ -380,6 +384,7 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(cfg.RetryPeriod)},
 			UseWithLock:    i%2 == 1,
 			Seed:           cfg.Seed + uint64(i),
+			CallsRecorded:  true,
 		}
 		if !h.UseWithLock {
 			h.DirectSlots = cfg.Slots
@@ -416,6 +421,14 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 		}
 		s := &runSlot{c: c, name: fmt.Sprintf("run%d-%s", i, fl.kind), proxy: p, flags: fl.flags,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))}
+		c.targets = append(c.targets, s.name+"*")
+		// A run waits as AcquireLock does by default: it looks every
+		// heartbeat period.
+		flags := []string{"cli"}
+		if slices.Contains(fl.flags, "--session") {
+			flags = append(flags, "session")
+		}
+		c.events.Params(s.name, s.name, s.name, mutexcheck.Now(), cfg.Lease, cfg.Heartbeat, cfg.Heartbeat, flags...)
 		c.slots = append(c.slots, s)
 		wg.Go(func() { s.loop(holders) })
 	}
@@ -449,6 +462,7 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 	for _, v := range rep.FencingViolations {
 		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
 	}
+	reportProgress(t, rep)
 	c.checkKeysFree(rep.MaxToken)
 	return rep, c
 }
@@ -506,7 +520,7 @@ func (c *cliChaos) checkKeysFree(maxToken map[string]int64) {
 // errors, dropped connections and replies, partitions.
 func (c *cliChaos) injectFaults(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
-	var faults []*faultproxy.Fault
+	var faults []*loggedFault
 	defer func() {
 		for _, f := range faults {
 			f.Remove()
@@ -531,7 +545,8 @@ func (c *cliChaos) injectFaults(ctx context.Context) {
 		default:
 			r = faultproxy.Rule{Kind: faultproxy.DropReply, Op: []string{"PutItem", "UpdateItem", "DeleteItem"}[rng.IntN(3)], Probability: prob}
 		}
-		f, err := c.proxies[rng.IntN(len(c.proxies))].Inject(r)
+		i := rng.IntN(len(c.proxies))
+		f, err := injectLogged(c.proxies[i], r, c.events, c.targets[i])
 		if err != nil {
 			c.problem("inject: %v", err)
 			continue
@@ -694,6 +709,7 @@ type runSlot struct {
 
 func (s *runSlot) loop(ctx context.Context) {
 	cfg := s.c.cfg
+	const wait = 5 * time.Second
 	for ctx.Err() == nil {
 		s.n++
 		tenure := fmt.Sprintf("%s#%d", s.name, s.n)
@@ -706,7 +722,7 @@ func (s *runSlot) loop(ctx context.Context) {
 		}
 		args := append([]string{"run", "--endpoint", s.proxy.URL(), "--table", s.c.env.table,
 			"--owner", tenure, "--heartbeat", cfg.Heartbeat.String(), "--safe", cfg.Safe.String(), "--lease", cfg.Lease.String(),
-			"--wait", "5s"}, s.flags...)
+			"--wait", wait.String()}, s.flags...)
 		args = append(append(args, key, "--"), stepper...)
 		cmd := exec.Command(s.c.bin, args...)
 		cmd.Env = ddblockEnv(s.c.srv)
@@ -715,6 +731,14 @@ func (s *runSlot) loop(ctx context.Context) {
 		// The guard and the command share that stderr; none outlives
 		// ddblock by much, but the test must not hang on one that does.
 		cmd.WaitDelay = 10 * time.Second
+		// The run is one attempt, for the progress check: a slot run
+		// waits for any slot of the key's semaphore.
+		attemptKey := key
+		if slices.Contains(s.flags, "--slots") {
+			attemptKey += "/slot-*"
+		}
+		start := mutexcheck.Now()
+		s.c.events.Attempting(s.name, attemptKey, start)
 		if err := cmd.Start(); err != nil {
 			s.c.problem("starting ddblock run: %v", err)
 			return
@@ -723,11 +747,37 @@ func (s *runSlot) loop(ctx context.Context) {
 		s.pid, s.logPath, s.tenure = cmd.Process.Pid, logPath, tenure
 		s.mu.Unlock()
 		_ = cmd.Wait()
+		exit := mutexcheck.Now()
 		s.mu.Lock()
 		s.pid = 0
 		s.mu.Unlock()
 		s.ended(tenure, logPath, cmd.ProcessState, stderr.String())
+		s.attempted(tenure, attemptKey, logPath, start, exit, cmd.ProcessState.ExitCode(), wait)
 	}
+}
+
+// attempted logs how a run that started at start and exited at exit
+// ended, as an acquire attempt: the run's process is gone at exit; one
+// that did not acquire spent its start-up (all but its last wait before
+// it exited) unable to look.
+func (s *runSlot) attempted(tenure, key, logPath string, start, exit int64, code int, wait time.Duration) {
+	ev := s.c.events
+	ev.Trouble(tenure, exit, exit, "exit", 0)
+	// 76 before the command started: acquired, and lost before it could
+	// start (the checker counts its lock, which no tenure shows, as
+	// standing).
+	if strings.Contains(readOr(logPath), "A "+tenure+" ") || code == 76 {
+		ev.Attempted(s.name, key, start, exit, "acquired")
+		return
+	}
+	outcome := map[int]string{75: string(ddblock.CodeAcquireTimeout), 69: string(ddblock.CodeUnknown), 70: "GUARD_DIED", -1: "KILLED"}[code]
+	if outcome == "" {
+		outcome = fmt.Sprintf("EXIT_%d", code)
+	}
+	if waitFrom := exit - int64(wait); waitFrom > start {
+		ev.Trouble(s.name, start, waitFrom, "startup", 0)
+	}
+	ev.Attempted(s.name, key, start, exit, outcome)
 }
 
 // ended records how one run ended.
@@ -753,6 +803,10 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 		mutexcheck.NewLog(f).Released(tenure, now, outcome)
 	}
 	switch {
+	case code == 0 && started && strings.Contains(stderr, "could not release lock"):
+		// The command's status, whatever became of the release: the item
+		// may stand until it expires.
+		released("failed")
 	case code == 0 && started:
 		released("ok")
 	case code == 76 && started:

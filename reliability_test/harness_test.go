@@ -138,15 +138,19 @@ func (r chaosResult) Summary() string {
 
 // chaos is one run in progress.
 type chaos struct {
-	t        *testing.T
-	cfg      chaosConfig
-	env      *env
-	keys     []string
-	dir      string
-	bin      string
-	inproc   *mutexcheck.Log
-	opts     []ddblock.Option
-	proxies  []*faultproxy.Proxy
+	t       *testing.T
+	cfg     chaosConfig
+	env     *env
+	keys    []string
+	dir     string
+	bin     string
+	inproc  *mutexcheck.Log
+	opts    []ddblock.Option
+	proxies []*faultproxy.Proxy
+	// targets name, for the checker, whom each proxy's faults strike: a
+	// prefix of the names of the holders, clients and processes behind
+	// it.
+	targets  []string
 	workers  []*workerSlot
 	problems chan string
 	// slots maps an in-process slot to its current client, for the
@@ -189,14 +193,17 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	start := time.Now()
 	holders, stopHolders := context.WithCancel(context.Background())
 	var holdersDone sync.WaitGroup
+	holdersDone.Go(func() { mutexcheck.WatchStalls(holders, c.inproc, "inproc") })
 	for i := range cfg.InProcess {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
+		c.targets = append(c.targets, fmt.Sprintf("g%d.*", i))
 		holdersDone.Go(func() { c.runSlot(holders, i, p) })
 	}
 	for i := range cfg.Workers {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
+		c.targets = append(c.targets, fmt.Sprintf("w%d.*", i))
 		w := &workerSlot{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
 		c.workers = append(c.workers, w)
 		w.start()
@@ -266,7 +273,30 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	for _, v := range rep.FencingViolations {
 		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
 	}
+	reportProgress(t, rep)
 	return res
+}
+
+// reportProgress fails the test on every failed wait of an unfair
+// waiter that left its lock free, the waiter able to look, for longer
+// than its bound. Those of fair waiters are reported apart (see
+// doc/reliability.md, and issue 30: lines of fair waiters that jam), and
+// fail the test only with -fair-progress.
+func reportProgress(t *testing.T, rep mutexcheck.Report) {
+	t.Helper()
+	for _, v := range rep.ProgressViolations {
+		t.Errorf("PROGRESS VIOLATED: %s", v)
+	}
+	for _, v := range rep.FairProgressViolations {
+		if *fairProgress {
+			t.Errorf("PROGRESS VIOLATED BY A FAIR WAITER: %s", v)
+		} else {
+			t.Logf("progress violated by a fair waiter (reported, not failed: -fair-progress fails it): %s", v)
+		}
+	}
+	if rep.ProgressChecked == 0 {
+		t.Errorf("no failed wait was checked for progress: the run's attempts are not on record")
+	}
 }
 
 // sharedClientGoroutines is how many goroutines share one in-process
@@ -276,7 +306,7 @@ const sharedClientGoroutines = 3
 // runSlot runs in-process holder i until ctx ends, with a new client
 // each time the abandoner closes the current one.
 func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
-	ddb := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
+	sdk := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
 	if c.cfg.Fair && i%2 == 0 {
@@ -285,6 +315,7 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 	for gen := 1; ctx.Err() == nil; gen++ {
 		name := fmt.Sprintf("g%d.%d-%s", i, gen, fl.Name)
 		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
+		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.inproc}
 		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
 		if err != nil {
 			c.problem("ddblock.New: %v", err)
@@ -320,6 +351,7 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 				Slots:          c.cfg.SemaphoreSlots,
 				DirectSlots:    c.cfg.SemaphoreSlots,
 				Seed:           c.cfg.Seed + uint64(i*1000+gen) + uint64(g)<<32,
+				CallsRecorded:  true,
 			}
 			running.Go(func() {
 				if err := h.Run(ctx); err != nil {
@@ -333,6 +365,8 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			c.problem("closing %s: %v", name, err)
 		}
 		cancel()
+		now := mutexcheck.Now()
+		c.inproc.Trouble(name, now, now, "closed", 0)
 		c.addStats(client.Stats())
 	}
 }
@@ -383,22 +417,56 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 // often, for a random while.
 func (c *chaos) injectFaults(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
-	var faults []*faultproxy.Fault
+	var faults []*loggedFault
 	defer func() {
 		for _, f := range faults {
 			f.Remove()
 		}
 	}()
 	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
-		p := c.proxies[rng.IntN(len(c.proxies))]
-		f, err := p.Inject(c.randomRule(rng))
+		i := rng.IntN(len(c.proxies))
+		rule := c.randomRule(rng)
+		remove, err := injectLogged(c.proxies[i], rule, c.inproc, c.targets[i])
 		if err != nil {
 			c.problem("inject: %v", err)
 			continue
 		}
-		faults = append(faults, f)
-		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), f.Remove)
+		faults = append(faults, remove)
+		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), remove.Remove)
 	}
+}
+
+// loggedFault is a fault that, once removed, is on record for the
+// progress check: whom it struck, from when to when, and how long it
+// held a request before forwarding it.
+type loggedFault struct {
+	once sync.Once
+	f    *faultproxy.Fault
+	log  func()
+}
+
+func (l *loggedFault) Remove() {
+	l.once.Do(func() {
+		l.f.Remove()
+		l.log()
+	})
+}
+
+// injectLogged injects rule at p, to be logged as striking target when
+// removed.
+func injectLogged(p *faultproxy.Proxy, rule faultproxy.Rule, log *mutexcheck.Log, target string) (*loggedFault, error) {
+	start := mutexcheck.Now()
+	f, err := p.Inject(rule)
+	if err != nil {
+		return nil, err
+	}
+	var hold time.Duration
+	if rule.Kind == faultproxy.Latency {
+		hold = rule.Delay + rule.Jitter
+	}
+	return &loggedFault{f: f, log: func() {
+		log.Trouble(target, start, mutexcheck.Now(), "fault-"+string(rule.Kind), hold)
+	}}, nil
 }
 
 // randomRule picks one of the faults of a bad day.
@@ -444,7 +512,10 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 			time.Sleep(between(rng, 0, 30*time.Millisecond))
 		}
 		if n%3 == 1 && !c.cfg.PausesOnly {
+			id := w.id()
 			w.kill()
+			now := mutexcheck.Now()
+			c.inproc.Trouble(id, now, now, "kill", 0)
 			c.kills.Add(1)
 			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
 			w.start()
@@ -487,10 +558,13 @@ func (c *chaos) abandonClients(ctx, holders context.Context) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(holders, 10*time.Second)
-		if err := v.(*ddblock.Client).Close(cctx, false); err != nil && holders.Err() == nil {
+		client := v.(*ddblock.Client)
+		if err := client.Close(cctx, false); err != nil && holders.Err() == nil {
 			c.problem("abandoning a client: %v", err)
 		}
 		cancel()
+		now := mutexcheck.Now()
+		c.inproc.Trouble(client.Options().OwnerName, now, now, "abandon", 0)
 		c.abandons.Add(1)
 	}
 }
@@ -581,6 +655,13 @@ type workerSlot struct {
 	inc     int
 }
 
+// id is the name of the worker's current incarnation.
+func (w *workerSlot) id() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%s.%d", w.name, w.inc)
+}
+
 func (w *workerSlot) start() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -616,7 +697,10 @@ func (w *workerSlot) start() {
 // stop asks the worker to finish (by closing its stdin), waits for it,
 // and adds its counters.
 func (w *workerSlot) stop() {
+	id := w.id()
 	out, ok := w.finish(30 * time.Second)
+	now := mutexcheck.Now()
+	w.c.inproc.Trouble(id, now, now, "exit", 0)
 	if !ok {
 		return
 	}

@@ -165,6 +165,8 @@ type lostRun struct {
 	dir      string
 	bin      string
 	proxies  []*faultproxy.Proxy
+	targets  []string // whom each proxy's faults strike (see chaos.targets)
+	inproc   *mutexcheck.Log
 	workers  []*counterWorker
 	problems chan string
 
@@ -206,18 +208,22 @@ func runLost(t *testing.T, cfg lostConfig) lostResult {
 	}
 	defer f.Close()
 	inproc := mutexcheck.NewLog(f)
+	c.inproc = inproc
 
 	start := time.Now()
 	holders, stopHolders := context.WithCancel(context.Background())
 	var holdersDone sync.WaitGroup
+	holdersDone.Go(func() { mutexcheck.WatchStalls(holders, inproc, "inproc") })
 	for i := range cfg.InProcess {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
+		c.targets = append(c.targets, fmt.Sprintf("g%d-*", i))
 		holdersDone.Go(func() { c.runInProcess(holders, i, p, inproc) })
 	}
 	for i := range cfg.Workers {
 		p := c.env.proxy()
 		c.proxies = append(c.proxies, p)
+		c.targets = append(c.targets, fmt.Sprintf("w%d.*", i))
 		w := &counterWorker{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
 		c.workers = append(c.workers, w)
 		w.start()
@@ -300,6 +306,7 @@ func runLost(t *testing.T, cfg lostConfig) lostResult {
 	for _, v := range res.Overlap.Violations {
 		t.Errorf("MUTUAL EXCLUSION VIOLATED (verified steps): %s", v)
 	}
+	reportProgress(t, res.Overlap)
 	return res
 }
 
@@ -312,7 +319,8 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 	name := fmt.Sprintf("g%d-%s", i, fl.Name)
 	opts := append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease),
 		ddblock.WithTableName(c.env.table), ddblock.WithLogger(quiet), ddblock.WithOwnerName(name))
-	client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
+	api := &mutexcheck.Recorder{API: ddb, Client: name, Log: log}
+	client, err := ddblock.New(api, append(opts, fl.Options...)...)
 	if err != nil {
 		c.problem("ddblock.New: %v", err)
 		return
@@ -327,7 +335,8 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 		// lock goes stale and is taken over while the write is on its
 		// way.
 		Stall: func(context.Context) func() {
-			f, err := p.Inject(faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, cfg.StallMin, cfg.StallMax)})
+			rule := faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, cfg.StallMin, cfg.StallMax)}
+			f, err := injectLogged(p, rule, log, name)
 			if err != nil {
 				c.problem("stall: %v", err)
 				return nil
@@ -343,6 +352,7 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 		UseElection:    i%4 == 3,
 		Slots:          cfg.SemaphoreSlots,
 		Seed:           cfg.Seed + uint64(i),
+		CallsRecorded:  true,
 	}
 	if err := h.Run(ctx); err != nil {
 		c.problem("incrementer %s: %v", name, err)
@@ -352,6 +362,8 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 	if err := client.Close(cctx, true); err != nil {
 		c.problem("closing %s: %v", name, err)
 	}
+	now := mutexcheck.Now()
+	log.Trouble(name, now, now, "closed", 0)
 }
 
 // events reads every event log of the run.
@@ -381,15 +393,15 @@ func (c *lostRun) events() []mutexcheck.Event {
 // conflicts and lost replies on the guarded writes.
 func (c *lostRun) injectFaults(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
-	var faults []*faultproxy.Fault
+	var faults []*loggedFault
 	defer func() {
 		for _, f := range faults {
 			f.Remove()
 		}
 	}()
 	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
-		p := c.proxies[rng.IntN(len(c.proxies))]
-		f, err := p.Inject(c.randomRule(rng))
+		i := rng.IntN(len(c.proxies))
+		f, err := injectLogged(c.proxies[i], c.randomRule(rng), c.inproc, c.targets[i])
 		if err != nil {
 			c.problem("inject: %v", err)
 			continue
@@ -437,7 +449,10 @@ func (c *lostRun) disturbWorkers(ctx context.Context) {
 		w := c.workers[rng.IntN(len(c.workers))]
 		aimed := w.waitOpen(ctx, time.Second)
 		if n%3 == 1 {
+			id := w.id()
 			w.kill()
+			now := mutexcheck.Now()
+			c.inproc.Trouble(id, now, now, "kill", 0)
 			c.kills.Add(1)
 			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
 			w.start()
@@ -498,7 +513,19 @@ func (w *counterWorker) start() {
 }
 
 // stop closes the worker's stdin and waits for it to finish cleanly.
-func (w *counterWorker) stop() { w.finish(60 * time.Second) }
+func (w *counterWorker) stop() {
+	id := w.id()
+	w.finish(60 * time.Second)
+	now := mutexcheck.Now()
+	w.c.inproc.Trouble(id, now, now, "exit", 0)
+}
+
+// id is the name of the worker's current incarnation.
+func (w *counterWorker) id() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%s.%d", w.name, w.inc)
+}
 
 // TestLostUpdates is the proof by lost updates, in CI's short run (about
 // ten seconds a variant) and as a soak with -soak:

@@ -40,6 +40,16 @@
 // moment a limit falls, the tenures still working count as if they began
 // then. A group's resizes are taken to run one at a time.
 //
+// # Progress
+//
+// Where holders log their acquire attempts ([Log.Attempting],
+// [Log.Attempted]) and the settings of their waits ([Log.Params]), their
+// clients' calls ([Recorder]) and what struck them ([Log.Trouble],
+// [WatchStalls]), Check also asks of every attempt that ended without
+// the lock whether its key stood free, the waiter able to look, for
+// longer than [ProgressBound]: see [Report.ProgressViolations], and
+// liveness.go for what counts as occupied and as blind.
+//
 // Timestamps come from CLOCK_MONOTONIC on Linux, which every process of a
 // machine shares, so logs from several processes can be compared.
 package mutexcheck
@@ -73,8 +83,10 @@ type Tenure struct {
 	End       int64
 	EndReason string
 	// Released is how the release ended ("ok", an error code,
-	// "unknown"); empty when there is no record of one.
-	Released string
+	// "unknown"); empty when there is no record of one. ReleasedAt is
+	// when that was logged.
+	Released   string
+	ReleasedAt int64
 }
 
 // String describes the tenure on one line, for violation reports.
@@ -167,6 +179,21 @@ type Report struct {
 	// Problems lists inconsistent records (a step outside its tenure, an
 	// unknown tenure), which point at a harness bug.
 	Problems []string
+
+	// Progress counts the acquire attempts on record by kind of client
+	// (see kindOf; "ddblock-run:KIND" for `ddblock run`), how they
+	// ended, and the longest free stretch of a failed wait (see
+	// checkProgress). ProgressChecked counts the failed waits measured.
+	Progress        map[string]KindProgress
+	ProgressChecked int
+	// ProgressViolations lists the failed waits of unfair waiters during
+	// which the key stood free, the waiter able to look, for longer than
+	// its bound; it must be empty. FairProgressViolations lists those of
+	// fair waiters, apart.
+	ProgressViolations, FairProgressViolations []ProgressViolation
+	// MaxHeld is the longest a fault of the run held a request before
+	// forwarding it: a write sent may land that much later.
+	MaxHeld time.Duration
 }
 
 // LimitViolation is a moment at which more tenures of a semaphore group
@@ -244,7 +271,7 @@ func Check(events []Event) Report {
 				r.Problems = append(r.Problems, "release of unknown tenure "+ev.Tenure)
 				continue
 			}
-			t.Released = ev.Note
+			t.Released, t.ReleasedAt = ev.Note, ev.T
 		case Limit:
 			if n, ok := r.Limits[ev.Key]; ok && n != int(ev.Token) {
 				r.Problems = append(r.Problems, fmt.Sprintf("group %s declared with limits %d and %d", ev.Key, n, ev.Token))
@@ -331,6 +358,7 @@ func Check(events []Event) Report {
 		}
 	}
 	r.checkLimits(byKey, resizes)
+	r.checkProgress(events, tenures, resizes)
 	return r
 }
 
@@ -503,6 +531,22 @@ func (r Report) Summary() string {
 			}
 			fmt.Fprintf(&b, "semaphore resizes done (the limit checked is the one in force at each moment): %s\n", strings.Join(parts, ", "))
 		}
+	}
+	if len(r.Progress) > 0 {
+		fmt.Fprintf(&b, "acquire attempts by kind of client (acquired, timed out, other failures; the longest a failed wait saw its lock free, against that wait's bound):\n")
+		for _, k := range slices.Sorted(maps.Keys(r.Progress)) {
+			p := r.Progress[k]
+			fmt.Fprintf(&b, "  %-26s %6d attempts: %6d acquired, %5d timed out, %5d other; longest free %v", k, p.Attempts, p.Acquired, p.Timeouts, p.OtherFailures, p.LongestFree.Round(time.Microsecond))
+			if p.Bound > 0 {
+				fmt.Fprintf(&b, " (bound %v)", p.Bound)
+			}
+			if p.Violations > 0 {
+				fmt.Fprintf(&b, "; OVER THE BOUND %d", p.Violations)
+			}
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "failed waits checked for progress %d; longest hold of a request by a fault %v; PROGRESS VIOLATIONS %d, of fair waiters %d\n",
+			r.ProgressChecked, r.MaxHeld, len(r.ProgressViolations), len(r.FairProgressViolations))
 	}
 	fmt.Fprintf(&b, "unclear errors %d, harness problems %d, VIOLATIONS %d\n", len(r.Unclear), len(r.Problems), len(r.Violations))
 	return b.String()

@@ -135,6 +135,9 @@ type Incrementer struct {
 	Slots                                  int
 	// Seed seeds the random choices.
 	Seed uint64
+	// Proc and CallsRecorded are as for Holder, for the progress check.
+	Proc          string
+	CallsRecorded bool
 
 	rng     *mrand.Rand
 	tenures int
@@ -146,7 +149,8 @@ func (h *Incrementer) Stalls() int64 { return h.stalls.Load() }
 
 // holder is the Holder whose logging and release this one shares.
 func (h *Incrementer) holder() *Holder {
-	return &Holder{ID: h.ID, Log: h.Log, AcquireTimeout: h.AcquireTimeout}
+	return &Holder{ID: h.ID, Client: h.Client, Log: h.Log, AcquireTimeout: h.AcquireTimeout, AcquireOptions: h.AcquireOptions,
+		UseElection: h.UseElection, Proc: h.Proc, CallsRecorded: h.CallsRecorded}
 }
 
 // Run contends until ctx ends or the client is closed. It returns nil
@@ -158,6 +162,7 @@ func (h *Incrementer) Run(ctx context.Context) error {
 		return errors.New("mutexcheck: Incrementer needs a Client, Data, a DataTable, a Log, Keys, 1 <= IncMin <= IncMax, a StallShare in [0, 1] (and a Stall when positive), a positive CallTimeout, and positive Slots with UseSemaphore")
 	}
 	h.rng = mrand.New(mrand.NewPCG(h.Seed, uint64(len(h.ID))+7))
+	h.holder().logParams()
 	for ctx.Err() == nil {
 		key := h.Keys[h.rng.IntN(len(h.Keys))]
 		var closed bool
@@ -180,7 +185,9 @@ func (h *Incrementer) Run(ctx context.Context) error {
 
 func (h *Incrementer) round(ctx context.Context, key string) bool {
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.holder().attempting(key)
 	lock, err := h.Client.AcquireLock(actx, key, h.AcquireOptions...)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.holder().failed("acquire", err)
@@ -196,7 +203,9 @@ func (h *Incrementer) roundSemaphore(ctx context.Context, key string) bool {
 		return h.holder().failed("acquire", err)
 	}
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.holder().attempting(key + "/slot-*")
 	lock, err := sem.Acquire(actx, h.AcquireOptions...)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.holder().failed("acquire", err)
@@ -217,7 +226,9 @@ func (h *Incrementer) roundElection(ctx context.Context, key string) bool {
 		return h.holder().failed("campaign", err)
 	}
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.holder().attempting(key)
 	lead, err := election.Campaign(actx, h.ID)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.holder().failed("acquire", err)
@@ -239,13 +250,17 @@ func (h *Incrementer) roundWithLock(ctx context.Context, key string) bool {
 	var held *ddblock.Lock
 	var tenure string
 	opts := append(slices.Clone(h.AcquireOptions), ddblock.WithRetryTimeout(h.AcquireTimeout))
+	ended := h.holder().attempting(key)
 	err := h.Client.WithLock(ctx, key, func(lctx context.Context, lock *ddblock.Lock) error {
+		ended(nil)
 		held = lock
 		tenure = h.work(ctx, lctx, lock, key)
 		return nil
 	}, opts...)
 	if held != nil {
 		h.Log.Released(tenure, Now(), "unknown")
+	} else {
+		ended(err)
 	}
 	switch {
 	case err == nil:

@@ -67,6 +67,11 @@ type Holder struct {
 	TrustContext bool
 	// Seed seeds the holder's random choices.
 	Seed uint64
+	// Proc names the holder's process in the log ("inproc" when empty),
+	// for the stalls WatchStalls logs of it; CallsRecorded says that its
+	// client's DynamoDB calls are logged (its API is a [Recorder]).
+	Proc          string
+	CallsRecorded bool
 
 	rng      *rand.Rand
 	tenures  int
@@ -82,6 +87,7 @@ func (h *Holder) Run(ctx context.Context) error {
 		return errors.New("mutexcheck: Holder needs a Client, a Log, Keys, HoldMin <= HoldMax, LongMin <= LongMax, a LongShare in [0, 1], a positive StepEvery, and positive Slots with UseSemaphore")
 	}
 	h.rng = rand.New(rand.NewPCG(h.Seed, uint64(len(h.ID))))
+	h.logParams()
 	for ctx.Err() == nil {
 		key := h.Keys[h.rng.IntN(len(h.Keys))]
 		lo, hi := h.HoldMin, h.HoldMax
@@ -110,6 +116,56 @@ func (h *Holder) Run(ctx context.Context) error {
 	return nil
 }
 
+// logParams records the settings that bound the holder's waits.
+func (h *Holder) logParams() {
+	co := h.Client.Options()
+	var ao ddblock.AcquireOptions
+	for _, opt := range h.AcquireOptions {
+		if opt != nil {
+			opt(&ao)
+		}
+	}
+	retry := ao.RetryPeriod
+	switch {
+	case h.UseElection:
+		retry = ddblock.DefaultElectionRetryPeriod
+	case retry <= 0:
+		retry = co.HeartbeatPeriod // AcquireLock's default
+	}
+	var flags []string
+	if ao.FairWaiting {
+		flags = append(flags, "fair")
+	}
+	if co.SessionLease {
+		flags = append(flags, "session")
+	}
+	if h.CallsRecorded {
+		flags = append(flags, "calls")
+	}
+	proc := h.Proc
+	if proc == "" {
+		proc = "inproc"
+	}
+	h.Log.Params(h.ID, co.OwnerName, proc, Now(), co.LeaseDuration, retry, co.HeartbeatPeriod, flags...)
+}
+
+// attempting logs the start of an acquire of key and returns the
+// function that logs its end, with its error (nil: acquired).
+func (h *Holder) attempting(key string) func(err error) {
+	start := Now()
+	h.Log.Attempting(h.ID, key, start)
+	return func(err error) {
+		outcome := "acquired"
+		if err != nil {
+			outcome = string(ddblock.CodeOf(err))
+			if outcome == "" {
+				outcome = CodeUnclear
+			}
+		}
+		h.Log.Attempted(h.ID, key, start, Now(), outcome)
+	}
+}
+
 // round is one acquire, tenure and release; true when the client is
 // closed.
 func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool {
@@ -125,7 +181,9 @@ func (h *Holder) round(ctx context.Context, key string, hold time.Duration) bool
 // roundOn is round on the lock of partition key pk, logged as logKey.
 func (h *Holder) roundOn(ctx context.Context, pk, key string, opts []ddblock.AcquireOption, hold time.Duration) bool {
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.attempting(key)
 	lock, err := h.Client.AcquireLock(actx, pk, opts...)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.failed("acquire", err)
@@ -171,7 +229,9 @@ func (h *Holder) roundSemaphore(ctx context.Context, key string, hold time.Durat
 		h.Log.Limit(h.ID, key, Now(), h.Slots)
 	}
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.attempting(key + "/slot-*")
 	lock, err := sem.Acquire(actx, h.AcquireOptions...)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.failed("acquire", err)
@@ -194,7 +254,9 @@ func (h *Holder) roundElection(ctx context.Context, key string, hold time.Durati
 		return h.failed("campaign", err)
 	}
 	actx, cancel := context.WithTimeout(ctx, h.AcquireTimeout)
+	ended := h.attempting(key)
 	lead, err := election.Campaign(actx, h.ID)
+	ended(err)
 	cancel()
 	if err != nil {
 		return h.failed("acquire", err)
@@ -220,12 +282,17 @@ func (h *Holder) roundWithLock(ctx context.Context, key string, hold time.Durati
 		tenure string
 	)
 	opts := append(append([]ddblock.AcquireOption(nil), h.AcquireOptions...), ddblock.WithRetryTimeout(h.AcquireTimeout))
+	ended := h.attempting(key)
 	err := h.Client.WithLock(ctx, key, func(lctx context.Context, lock *ddblock.Lock) error {
+		ended(nil)
 		held = lock
 		tenure = h.work(ctx, lctx, lock, key, hold)
 		return nil
 	}, opts...)
 	ran := held != nil
+	if !ran {
+		ended(err)
+	}
 	if ran {
 		// WithLock releases by itself, best effort: whether the delete
 		// landed is not known, only whether it was attempted.

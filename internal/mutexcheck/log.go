@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // EventKind is the kind of one line of a holder's log.
@@ -54,6 +55,37 @@ const (
 	// applied; Token is the value it would have written and Detail the
 	// error code that says so.
 	NotApplied EventKind = 'N'
+	// Params: the holder Tenure, a client of Client in the process
+	// Proc, waits with these settings: Lease (its client's lease, which
+	// a waiter must watch an unreleased item of its for), Retry (how
+	// often it looks) and Heartbeat (its client's heartbeat period);
+	// Note lists flags, comma-separated ("fair", "session", "calls":
+	// its client's DynamoDB calls are on record, "cli": a `ddblock run`).
+	// Logged once per holder, before its first attempt.
+	Params EventKind = 'P'
+	// Attempting: the holder Tenure starts an acquire of Key at T
+	// ("GROUP/slot-*" for a semaphore's Acquire). Written before the
+	// call, so that an attempt cut short by a kill is on record.
+	Attempting EventKind = 'Q'
+	// Attempted: the acquire of Key by Tenure that started at T ended at
+	// End; Note is "acquired" or the error's code.
+	Attempted EventKind = 'T'
+	// Call: the client Tenure made the DynamoDB call Op on the item
+	// (Key, SortKey), sent at T, answered at End; Note is "ok", "cond"
+	// (its condition failed: nothing written) or "err" (anything else:
+	// a write's outcome is unknown); Detail, for a PutItem, the record
+	// version number it wrote, and "release" for a delete or an update
+	// that marks an item released.
+	Call EventKind = 'C'
+	// Trouble: something struck Tenure, a name or, ending in "*", a
+	// prefix of names (holders, clients, processes), from T to End: Note
+	// says what ("kill", "abandon", "closed" and "exit" end a client or
+	// process at T; "stall": a process did not run, or ran late, from T
+	// to End; "startup": a process started and did not wait yet;
+	// "fault-KIND": a fault of its fault proxy). Token is, for a
+	// latency fault, the longest it holds a request before forwarding it
+	// (ns).
+	Trouble EventKind = 'X'
 )
 
 // Event is one line of a holder's log.
@@ -65,6 +97,13 @@ type Event struct {
 	Token  int64
 	Note   string
 	Detail string
+	// End is when an attempt or a call ended, or a trouble.
+	End int64
+	// Client and Proc are a Params holder's client and process; Op and
+	// SortKey a Call's operation and item.
+	Client, Proc, Op, SortKey string
+	// Lease, Retry and Heartbeat are a Params holder's settings.
+	Lease, Retry, Heartbeat time.Duration
 }
 
 // Log writes events, one line each, to a file shared by the holders of
@@ -160,6 +199,38 @@ func (l *Log) NotApplied(tenure, key string, t int64, value int64, id, code stri
 	l.write(fmt.Sprintf("N %s %s %d %d %s %s\n", word(tenure), word(key), t, value, word(id), word(code)))
 }
 
+// Params records the settings of holder's waits, once, before its
+// first attempt (see [Params]).
+func (l *Log) Params(holder, client, proc string, t int64, lease, retry, heartbeat time.Duration, flags ...string) {
+	l.write(fmt.Sprintf("P %s %d %s %s %d %d %d %s\n", word(holder), t, word(client), word(proc),
+		int64(lease), int64(retry), int64(heartbeat), word(strings.Join(flags, ","))))
+}
+
+// Attempting records that holder starts an acquire of key at t.
+func (l *Log) Attempting(holder, key string, t int64) {
+	l.write(fmt.Sprintf("Q %s %s %d\n", word(holder), word(key), t))
+}
+
+// Attempted records how the acquire of key by holder that started at
+// start ended at end: "acquired" or the error's code.
+func (l *Log) Attempted(holder, key string, start, end int64, outcome string) {
+	l.write(fmt.Sprintf("T %s %s %d %d %s\n", word(holder), word(key), start, end, word(outcome)))
+}
+
+// Call records a DynamoDB call of client: op on (pk, sk), sent at sent,
+// answered at end, its outcome ("ok", "cond", "err") and, for a put,
+// the record version number it wrote.
+func (l *Log) Call(client, op, pk, sk string, sent, end int64, outcome, rvn string) {
+	l.write(fmt.Sprintf("C %s %s %s %s %d %d %s %s\n", word(client), word(op), word(pk), word(sk), sent, end, word(outcome), word(rvn)))
+}
+
+// Trouble records that what struck target (a name, or a prefix of
+// names ending in "*") from t to end; hold is a latency fault's longest
+// hold of a request.
+func (l *Log) Trouble(target string, t, end int64, what string, hold time.Duration) {
+	l.write(fmt.Sprintf("X %s %d %d %s %d\n", word(target), t, end, word(what), int64(hold)))
+}
+
 // word keeps a name on one field of a line.
 func word(s string) string {
 	if s == "" {
@@ -196,7 +267,7 @@ func parseLine(line string) (Event, error) {
 	}
 	ev := Event{Kind: EventKind(f[0][0])}
 	want := map[EventKind]int{Acquired: 7, Step: 3, Ended: 4, Released: 4, Failure: 5, Limit: 5, Resize: 6,
-		Write: 6, Incremented: 6, NotApplied: 7}[ev.Kind]
+		Write: 6, Incremented: 6, NotApplied: 7, Params: 9, Attempting: 4, Attempted: 6, Call: 9, Trouble: 6}[ev.Kind]
 	if want == 0 {
 		return Event{}, fmt.Errorf("unknown event kind %q", f[0])
 	}
@@ -249,6 +320,48 @@ func parseLine(line string) (Event, error) {
 		if ev.Kind == NotApplied {
 			ev.Detail = f[6]
 		}
+	case Params:
+		ev.Tenure, tField, ev.Client, ev.Proc = f[1], f[2], f[3], f[4]
+		for i, d := range []*time.Duration{&ev.Lease, &ev.Retry, &ev.Heartbeat} {
+			n, err := strconv.ParseInt(f[5+i], 10, 64)
+			if err != nil || n < 0 {
+				return Event{}, fmt.Errorf("duration %q: want a number of nanoseconds", f[5+i])
+			}
+			*d = time.Duration(n)
+		}
+		if f[8] != "-" {
+			ev.Note = f[8]
+		}
+	case Attempting:
+		ev.Tenure, ev.Key, tField = f[1], f[2], f[3]
+	case Attempted:
+		ev.Tenure, ev.Key, tField, ev.Note = f[1], f[2], f[3], f[5]
+		end, err := strconv.ParseInt(f[4], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("end %q: %w", f[4], err)
+		}
+		ev.End = end
+	case Call:
+		ev.Tenure, ev.Op, ev.Key, ev.SortKey, tField, ev.Note = f[1], f[2], f[3], f[4], f[5], f[7]
+		end, err := strconv.ParseInt(f[6], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("end %q: %w", f[6], err)
+		}
+		ev.End = end
+		if f[8] != "-" {
+			ev.Detail = f[8]
+		}
+	case Trouble:
+		ev.Tenure, tField, ev.Note = f[1], f[2], f[4]
+		end, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("end %q: %w", f[3], err)
+		}
+		hold, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil {
+			return Event{}, fmt.Errorf("hold %q: %w", f[5], err)
+		}
+		ev.End, ev.Token = end, hold
 	}
 	t, err := strconv.ParseInt(tField, 10, 64)
 	if err != nil {

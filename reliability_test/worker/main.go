@@ -141,6 +141,11 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ddb := testserver.ChildClient(endpoint, attempts)
+	// Whether this process runs on time, for the progress check: a
+	// paused (SIGSTOP) or starved process's waiters cannot look.
+	stalls, stopStalls := context.WithCancel(context.Background())
+	defer stopStalls()
+	go mutexcheck.WatchStalls(stalls, events, id)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -150,7 +155,10 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 	for i := range clients {
 		fl := flavour(i)
 		name := fmt.Sprintf("%s/c%d-%s", id, i, fl.Name)
-		c, err := ddblock.New(ddb, append([]ddblock.Option{
+		// Every call of the lock client on record, for the progress
+		// check (the counters' calls go straight to ddb).
+		api := &mutexcheck.Recorder{API: ddb, Client: name, Log: events}
+		c, err := ddblock.New(api, append([]ddblock.Option{
 			ddblock.WithTableName(table),
 			ddblock.WithOwnerName(name),
 			ddblock.WithHeartbeatPeriod(heartbeat),
@@ -168,11 +176,13 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 				StallShare: counter.StallShare, Stall: counter.Stall,
 				CallTimeout: counter.CallTimeout, ResolveFor: counter.ResolveFor,
 				AcquireTimeout: hold.AcquireTimeout, AcquireOptions: append(slices.Clone(hold.AcquireOptions), fl.Acquire...),
-				UseWithLock:  i%2 == 1 && !hold.UseElection,
-				UseElection:  i%2 == 1 && hold.UseElection,
-				UseSemaphore: i%2 == 0 && hold.Slots > 0,
-				Slots:        hold.Slots,
-				Seed:         seed*1000 + uint64(i),
+				UseWithLock:   i%2 == 1 && !hold.UseElection,
+				UseElection:   i%2 == 1 && hold.UseElection,
+				UseSemaphore:  i%2 == 0 && hold.Slots > 0,
+				Slots:         hold.Slots,
+				Seed:          seed*1000 + uint64(i),
+				Proc:          id,
+				CallsRecorded: true,
 			}
 			wg.Go(func() {
 				if err := inc.Run(ctx); err != nil {
@@ -195,6 +205,8 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			Slots:          hold.Slots,
 			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
+			Proc:           id,
+			CallsRecorded:  true,
 		}
 		holders := []*mutexcheck.Holder{h}
 		if strings.HasPrefix(fl.Name, "session") {
