@@ -457,6 +457,13 @@ type limitChange struct {
 // number of the last resize done; a resize done allows its number, and
 // ends every resize in flight that began before it.
 func limitChanges(declared int, evs []Event) []limitChange {
+	return limitsInForce(declared, evs, func(a, b int) int { return max(a, b) })
+}
+
+// limitsInForce is the limit from each resize event on: a resize done
+// sets the base; pick combines the base with the number of each resize
+// in flight (begun, or failed).
+func limitsInForce(declared int, evs []Event, pick func(a, b int) int) []limitChange {
 	evs = slices.Clone(evs)
 	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
 	base := declared
@@ -479,7 +486,7 @@ func limitChanges(declared int, evs []Event) []limitChange {
 		}
 		limit := base
 		for _, f := range inFlight {
-			limit = max(limit, int(f.Token))
+			limit = pick(limit, int(f.Token))
 		}
 		out = append(out, limitChange{ev.T, limit})
 	}

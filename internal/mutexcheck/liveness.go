@@ -719,29 +719,9 @@ func sortAround(around []Occupancy) []Occupancy {
 // failed, the smaller number in force: for progress, a group counts as
 // full when it may be.
 func smallestLimits(declared int, evs []Event) []limitChange {
-	evs = slices.Clone(evs)
-	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
-	base := declared
-	inFlight := map[string]Event{}
-	var out []limitChange
-	for _, ev := range evs {
-		switch ev.Note {
-		case "begin":
-			inFlight[ev.Tenure] = ev
-		case "done":
-			began, ok := inFlight[ev.Tenure]
-			for name, other := range inFlight {
-				if !ok || other.T <= began.T {
-					delete(inFlight, name)
-				}
-			}
-			base = int(ev.Token)
-		}
-		limit := base
-		for _, f := range inFlight {
-			limit = min(limit, int(f.Token))
-		}
-		out = append(out, limitChange{ev.T, max(limit, 1)})
+	out := limitsInForce(declared, evs, func(a, b int) int { return min(a, b) })
+	for i := range out {
+		out[i].limit = max(out[i].limit, 1)
 	}
 	return out
 }
