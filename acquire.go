@@ -126,16 +126,38 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	return lock, err
 }
 
+// checkKeyValue refuses, as setting, a key value that DynamoDB would
+// refuse with a ValidationException: empty, longer than limit bytes, or
+// not UTF-8.
+func checkKeyValue(setting, v string, limit int) error {
+	switch {
+	case v == "":
+		return invalidArg(setting, "must not be empty")
+	case len(v) > limit:
+		return invalidArg(setting, fmt.Sprintf("is %d bytes, over DynamoDB's %d", len(v), limit))
+	case !utf8.ValidString(v):
+		return invalidArg(setting, "is not valid UTF-8")
+	}
+	return nil
+}
+
+// checkItemKey refuses, before any call, the key of an item that a read
+// or a forced release names (sk already defaulted), which DynamoDB would
+// refuse: the table was not at fault. Reserved prefixes are allowed:
+// operators read and remove session items and lines too.
+func (c *Client) checkItemKey(pk, sk string) error {
+	err := checkKeyValue("PartitionKey", pk, maxPartitionKeyBytes)
+	if c.opts.PartitionKeyOnly {
+		return err
+	}
+	return errors.Join(err, checkKeyValue("SortKey", sk, maxSortKeyBytes))
+}
+
 func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 	var errs []error
 	checkKey := func(setting, v string, limit int) {
-		switch {
-		case v == "":
-			errs = append(errs, invalidArg(setting, "must not be empty"))
-		case len(v) > limit:
-			errs = append(errs, invalidArg(setting, fmt.Sprintf("is %d bytes, over DynamoDB's %d", len(v), limit)))
-		case !utf8.ValidString(v):
-			errs = append(errs, invalidArg(setting, "is not valid UTF-8"))
+		if err := checkKeyValue(setting, v, limit); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	checkKey("PartitionKey", pk, maxPartitionKeyBytes)

@@ -198,3 +198,46 @@ func TestWallClockJumpDoesNotEndangerHolder(t *testing.T) {
 		t.Fatalf("a wall-clock step put the lock in danger: %v", err)
 	}
 }
+
+// A key DynamoDB would refuse (empty, over its length, not UTF-8) is
+// refused as INVALID_ARGUMENT before any call by GetLock, ForceRelease
+// and ListLocksByPartitionKey, as AcquireLock refuses it: the table is
+// not at fault, so never TABLE_MISMATCH.
+func TestBadKeysRefusedBeforeAnyCall(t *testing.T) {
+	e := newEnv(t)
+	calls := newCounting(e.ddb)
+	c := e.clientOn(calls)
+	ctx := context.Background()
+	long := strings.Repeat("k", 3000)
+	cases := []struct {
+		name, pk, sk, setting string
+	}{
+		{"empty partition key", "", "", "PartitionKey"},
+		{"long partition key", long, "", "PartitionKey"},
+		{"partition key not UTF-8", "\xff", "", "PartitionKey"},
+		{"long sort key", "k", long, "SortKey"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			calls.reset()
+			check := func(call string, err error) {
+				t.Helper()
+				var de *ddblock.Error
+				if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &de) || de.Setting != tc.setting {
+					t.Errorf("%s: %v; want INVALID_ARGUMENT naming %s", call, err, tc.setting)
+				}
+			}
+			_, err := c.GetLock(ctx, tc.pk, tc.sk)
+			check("GetLock", err)
+			check("ForceRelease", c.ForceRelease(ctx, tc.pk, tc.sk, "v"))
+			if tc.setting == "PartitionKey" {
+				for _, err := range c.ListLocksByPartitionKey(ctx, tc.pk) {
+					check("ListLocksByPartitionKey", err)
+				}
+			}
+			if got := calls.snapshot(); len(got) != 0 {
+				t.Errorf("calls made: %v; want none", got)
+			}
+		})
+	}
+}

@@ -29,8 +29,10 @@ func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error)
 // the default, "-". It returns an error of CodeLockNotFound when there is
 // no such lock (an item kept after its release counts as none; the error
 // then also matches ErrLockReleased), CodeInvalidItem when the item is
-// not a lock item, and CodeTableNotFound, CodeTableMismatch or
-// CodeUnknown when the read fails.
+// not a lock item, CodeInvalidArgument, before any call, for a key
+// DynamoDB would refuse (empty, over its length, not UTF-8), and
+// CodeTableNotFound, CodeTableMismatch or CodeUnknown when the read
+// fails.
 //
 // A lock item says who wrote it last, not that its holder is alive: a
 // crashed holder's item stays until someone takes it over.
@@ -42,6 +44,9 @@ func (c *Client) GetLock(ctx context.Context, partitionKey, sortKey string) (*Lo
 		return nil, err
 	}
 	sortKey = c.defaultSortKey(sortKey)
+	if err := c.checkItemKey(partitionKey, sortKey); err != nil {
+		return nil, err
+	}
 	info, err := c.readItem(ctx, partitionKey, sortKey)
 	var lerr *Error
 	switch {
@@ -120,12 +125,17 @@ func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
 }
 
 // ListLocksByPartitionKey returns the locks that share a partition key
-// (one per sort key), with a strongly consistent Query.
+// (one per sort key), with a strongly consistent Query. A key DynamoDB
+// would refuse (empty, over its length, not UTF-8) yields one error of
+// CodeInvalidArgument, before any call.
 func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey string) iter.Seq2[*LockInfo, error] {
 	if err := c.usable(); err != nil {
 		return failed(err)
 	}
 	if err := checkContext(ctx); err != nil {
+		return failed(err)
+	}
+	if err := checkKeyValue("PartitionKey", partitionKey, maxPartitionKeyBytes); err != nil {
 		return failed(err)
 	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {

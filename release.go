@@ -215,7 +215,9 @@ func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
 // delete happens only if the item still carries recordVersionNumber, the
 // number the operator saw (from [Client.GetLock]), so a lock that changed
 // hands or was heartbeated since is left alone (CodeLockStolen). It
-// returns CodeLockNotFound when there is no item.
+// returns CodeLockNotFound when there is no item, and
+// CodeInvalidArgument, before any call, for a key DynamoDB would refuse
+// (empty, over its length, not UTF-8).
 //
 // The holder, if alive, learns of it at its next heartbeat (LOCK_STOLEN).
 //
@@ -233,6 +235,9 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 		return err
 	}
 	sortKey = c.defaultSortKey(sortKey)
+	if err := c.checkItemKey(partitionKey, sortKey); err != nil {
+		return err
+	}
 	if recordVersionNumber == "" {
 		return invalidArg("RecordVersionNumber", "must name the version to delete")
 	}
