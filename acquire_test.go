@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/clock"
 )
 
 func TestTwoClientsContend(t *testing.T) {
@@ -530,5 +531,49 @@ func TestSemaphoreSlotsOfOneClientAreNotItself(t *testing.T) {
 	}
 	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
 		t.Errorf("third slot of two: %v; want LOCK_HELD", err)
+	}
+}
+
+// slowCalls makes every read and put of a client take d of its fake
+// clock, as calls do that the SDK retries through throttles.
+type slowCalls struct {
+	ddblock.DynamoDBAPI
+	clk *clock.Fake
+	d   time.Duration
+}
+
+func (s slowCalls) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	s.clk.Advance(s.d)
+	return s.DynamoDBAPI.GetItem(ctx, in, o...)
+}
+
+func (s slowCalls) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	s.clk.Advance(s.d)
+	return s.DynamoDBAPI.PutItem(ctx, in, o...)
+}
+
+// The retry timeout counts time, not attempts: when each attempt takes
+// three retry periods, AcquireLock gives up once the timeout has passed,
+// not after timeout ÷ period attempts (it took 33 s of a 10 s timeout).
+func TestRetryTimeoutCountsTimeNotAttempts(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	if _, err := e.client(ddblock.WithLeaseDuration(time.Hour)).AcquireLock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeClock()
+	calls := newCounting(slowCalls{e.ddb, clk, 3 * time.Second})
+	waiter := e.clientOn(calls, ddblock.WithClock(clk))
+	start := clk.Monotonic()
+	_, end, err := acquireStepping(t, clk, 2, time.Minute, func() (*ddblock.Lock, error) {
+		return waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(10*time.Second))
+	})
+	took := end - start
+	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+		t.Fatalf("AcquireLock = %v; want ACQUIRE_TIMEOUT", err)
+	}
+	// The timeout, and at most the attempt under way when it passed.
+	if took > 13*time.Second {
+		t.Errorf("gave up after %v of fake time (%v calls); want within the 10 s timeout and one 3 s attempt", took, calls.snapshot())
 	}
 }

@@ -93,8 +93,12 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 			return nil, r.giveUp(t)
 		}
 		// Sleep until start + n × the retry period, as Python does,
-		// unless that is past the retry timeout.
-		if c.clock.Monotonic() >= r.start+time.Duration(scheduled)*opts.RetryPeriod {
+		// unless that is past the retry timeout. The next attempt is due
+		// at the first such time still to come: an attempt that took
+		// several periods (the SDK backing off from throttles, say) uses
+		// up the periods it took, so that the timeout counts time, not
+		// attempts.
+		for now := c.clock.Monotonic(); now >= r.start+time.Duration(scheduled)*opts.RetryPeriod; {
 			scheduled++
 		}
 		wake := r.start + time.Duration(scheduled)*opts.RetryPeriod
