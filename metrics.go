@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/ddblock/ddblock/internal/wire"
@@ -115,10 +114,6 @@ func (c *Client) callOpts(operation string) []func(*dynamodb.Options) {
 // throttleCounterID names ddblock's middleware in the SDK's stack.
 const throttleCounterID = "ddblock.ThrottleCounter"
 
-// retryMiddlewareID is the SDK's name for its retry middleware, which runs
-// the attempts of a call.
-var retryMiddlewareID = (*retry.Attempt)(nil).ID()
-
 // addThrottleCounter puts the counting middleware right after the retry
 // middleware in the Finalize step, so that it runs once an attempt; in a
 // stack without retries, each call is one attempt, and it goes first.
@@ -132,8 +127,8 @@ func addThrottleCounter(s *middleware.Stack, op string, m Metrics) error {
 		}
 		return out, md, err
 	})
-	if _, ok := s.Finalize.Get(retryMiddlewareID); ok {
-		return s.Finalize.Insert(count, retryMiddlewareID, middleware.After)
+	if _, ok := s.Finalize.Get(wire.RetryID); ok {
+		return s.Finalize.Insert(count, wire.RetryID, middleware.After)
 	}
 	return s.Finalize.Add(count, middleware.Before)
 }

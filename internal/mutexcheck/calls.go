@@ -7,12 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Recorder is a ddblock client's DynamoDB API that logs every call it
@@ -102,16 +102,13 @@ func countAttempts(n *atomic.Int32) func(*dynamodb.Options) {
 				n.Add(1)
 				return next.HandleFinalize(ctx, in)
 			})
-			if _, ok := s.Finalize.Get(retryMiddlewareID); ok {
-				return s.Finalize.Insert(count, retryMiddlewareID, middleware.After)
+			if _, ok := s.Finalize.Get(wire.RetryID); ok {
+				return s.Finalize.Insert(count, wire.RetryID, middleware.After)
 			}
 			return s.Finalize.Add(count, middleware.Before)
 		})
 	}
 }
-
-// retryMiddlewareID is the SDK's name for its retry middleware.
-var retryMiddlewareID = (*retry.Attempt)(nil).ID()
 
 // UpdateItem passes the call on and logs it, as a "release" when it
 // sets a value true (it marks a kept item released; a heartbeat only

@@ -80,9 +80,10 @@ const (
 	recordAttempID = "ddblock.RecordAttempt"
 )
 
-// retryID is the SDK's name for its retry middleware, which runs the
-// attempts of a call in the Finalize step.
-var retryID = (*retry.Attempt)(nil).ID()
+// RetryID is the SDK's name for its retry middleware, which runs the
+// attempts of a call in the Finalize step: a middleware inserted right
+// after it runs once an attempt.
+var RetryID = (*retry.Attempt)(nil).ID()
 
 // JudgeAttempts adds to a call's stack a middleware around the SDK's
 // retries, which wraps the call's error in *EarlierAttemptError where an
@@ -90,7 +91,7 @@ var retryID = (*retry.Attempt)(nil).ID()
 // attempt, which records each attempt's outcome. In a stack without the
 // retry middleware each call is one attempt, and nothing is added.
 func JudgeAttempts(s *middleware.Stack) error {
-	if _, ok := s.Finalize.Get(retryID); !ok {
+	if _, ok := s.Finalize.Get(RetryID); !ok {
 		return nil
 	}
 	judge := middleware.FinalizeMiddlewareFunc(judgeCallID, func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
@@ -115,8 +116,8 @@ func JudgeAttempts(s *middleware.Stack) error {
 		}
 		return out, md, err
 	})
-	if err := s.Finalize.Insert(judge, retryID, middleware.Before); err != nil {
+	if err := s.Finalize.Insert(judge, RetryID, middleware.Before); err != nil {
 		return err
 	}
-	return s.Finalize.Insert(record, retryID, middleware.After)
+	return s.Finalize.Insert(record, RetryID, middleware.After)
 }

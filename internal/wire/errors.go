@@ -41,11 +41,7 @@ func OutcomeUnknown(err error) bool {
 		var canceled *types.TransactionCanceledException
 		return !errors.As(err, &canceled)
 	}
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return true // no answer at all: a timeout, a dropped connection
-	}
-	return api.ErrorFault() == smithy.FaultServer
+	return mayHaveApplied(err)
 }
 
 // NeverSent reports whether err says the request could not be sent: the
