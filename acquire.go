@@ -115,8 +115,10 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	}
 	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
-	if o.FairWaiting && !once {
-		a.line = c.newLine(pk, o.SortKey, o.RetryPeriod)
+	if o.FairWaiting && !once && o.RetryTimeout > 0 {
+		// A call that makes one attempt (a try, or a zero retry
+		// timeout) does not wait, and takes no place in line.
+		a.line = c.newLine(pk, o.SortKey, o.RetryPeriod, a.start+o.RetryTimeout)
 	}
 	a.kw, a.lastCall = c.waiters.join(a.id)
 	defer c.waiters.leave(a.id, a.kw)
@@ -165,7 +167,7 @@ func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
 		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q are reserved for session items", sessionKeyPrefix)))
 	}
 	if isLineKey(pk) {
-		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q are reserved for lines of fair waiters", lineKeyPrefix)))
+		errs = append(errs, invalidArg("PartitionKey", fmt.Sprintf("keys starting with %q or %q are reserved for lines of fair waiters", lineKeyPrefix, ticketKeyPrefix)))
 	}
 	if o.FairWaiting {
 		if err := checkLineKey(pk); err != nil {

@@ -53,6 +53,10 @@ type Client struct {
 
 	observations *observations
 	waiters      *waitRoom // goroutines waiting for the same key (waiters.go)
+	lines        *lines    // fair waiters, by line (line.go)
+	// abandoned are tickets of fair waiters whose delete failed, to
+	// delete again at session heartbeats; guarded by lines.mu.
+	abandoned []abandonedTicket
 
 	// The client's session (Options.SessionLease): the current one, and
 	// a channel closed when the start of one under way ends.
@@ -188,6 +192,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 	c.sendCtx, c.abandonSends = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
 	c.waiters = newWaitRoom()
+	c.lines = &lines{rooms: make(map[string]*lineRoom)}
 	c.callbacks = newCallbackPool(c, o.CallbackWorkers)
 	c.heartbeats = newHeartbeater(c)
 	c.monitor = newMonitor(c)
@@ -358,9 +363,10 @@ func (c *Client) Close(ctx context.Context, releaseLocks bool) error {
 	case <-ctx.Done():
 		return c.closeGaveUp(ctx, true)
 	}
-	if releaseLocks {
-		// Its heartbeats have stopped, and its locks are given back:
-		// the session item goes too.
+	if releaseLocks || !c.opts.SessionLease {
+		// Its heartbeats have stopped, and its locks are given back
+		// (or none is on its session, kept for fair waiters' tickets
+		// alone): the session item goes too.
 		c.sessMu.Lock()
 		s := c.sess
 		c.sessMu.Unlock()

@@ -168,7 +168,7 @@ func (c *Client) pages(ctx context.Context, fetch func(start map[string]types.At
 				return
 			}
 			for _, item := range page.items {
-				if isSemaphoreMeta(item) || isLineItem(item) {
+				if isSemaphoreMeta(item) || c.isLineItem(item) {
 					continue // a semaphore's number of slots, or a line of waiters: not a lock
 				}
 				info, err := c.codec.decode(item)

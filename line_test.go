@@ -25,9 +25,10 @@ import (
 
 const fairRetry = 100 * time.Millisecond
 
-// fairGrace is a ticket's grace at fairRetry: three retry periods and a
-// second (line.go).
-const fairGrace = 3*fairRetry + time.Second
+// fairGrace is a ticket's grace at fairRetry and fakeTimes' heartbeat
+// period (1 s): the longer of three retry periods and two heartbeat
+// periods, and a second (line.go's fairGrace).
+const fairGrace = 2*time.Second + time.Second
 
 // fairWaiter runs one fair AcquireLock of key on its own goroutine; the
 // lock (or the error) comes on the returned channels' one value.
@@ -137,7 +138,8 @@ func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 		c = clients[(i*3)%n]
 		waiters = append(waiters, startFair(c, name, "k"))
 		want = append(want, name)
-		waitForSleepers(t, clk, n+i+1) // in line, and asleep
+		waitFor(t, name+"'s ticket", func() bool { return len(tickets(t, holder, "k")) == i+1 })
+		waitForSleepers(t, clk, n+2*(i+1)) // in line, and asleep (its retry, its session's heartbeats)
 	}
 	if got := tickets(t, holder, "k"); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("line %v; want %v", got, want)
@@ -156,6 +158,9 @@ func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 	for info, err := range holder.ListLocks(ctx) {
 		if err != nil {
 			t.Fatalf("ListLocks: %v", err)
+		}
+		if info.IsSession {
+			continue // a fair waiter's session item: its tickets name it
 		}
 		listed = append(listed, info.PartitionKey)
 	}
@@ -249,9 +254,9 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	alive := e.clientOn(puts, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("alive"))...)
 	waitForSleepers(t, clk, 2)
 	d := startFair(doomed, "doomed", "k")
-	waitForSleepers(t, clk, 3)
+	waitForSleepers(t, clk, 4) // its retry, its session's heartbeats
 	w := startFair(alive, "alive", "k")
-	waitForSleepers(t, clk, 4)
+	waitForSleepers(t, clk, 6)
 	if got := fmt.Sprint(tickets(t, holder, "k")); got != "[doomed alive]" {
 		t.Fatalf("line %s; want [doomed alive]", got)
 	}
@@ -268,7 +273,9 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	freed := clk.Monotonic()
-	stepWhile(t, clk, func() int { return 3 }, func() bool { return !w.finished() }, time.Minute)
+	// The monitors, the sessions' heartbeats (the doomed one's failing)
+	// and the live waiter's retry.
+	stepWhile(t, clk, func() int { return 5 }, func() bool { return !w.finished() }, time.Minute)
 	if w.err != nil {
 		t.Fatalf("the live waiter: %v", w.err)
 	}
@@ -287,76 +294,15 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	dd.dead.Store(false)
 }
 
-// A head that last saw another waiter behind it, who then gave up, and
-// that takes the lock before it reads the line again, leaves by removing
-// its ticket from a line it thinks others are in: that removal empties
-// the line, and the item goes with it instead of being left to the TTL.
-func TestFairLineItemGoesWithTheLastWaiter(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	holder, held := holdK(t, e)
-	clk := fakeClock()
-	ca := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("a"))...)
-	waitForSleepers(t, clk, 1)
-	a := startFair(ca, "a", "k")
-	waitForSleepers(t, clk, 2)
-	cb := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("b"))...)
-	waitForSleepers(t, clk, 3)
-	start := clk.Monotonic()
-	// stepTo advances from timer to timer up to at (fake, since start),
-	// waiting for `sleepers` pending timers before each step.
-	stepTo := func(at time.Duration, sleepers func() int) {
-		t.Helper()
-		for {
-			waitFor(t, "the waiters to sleep", func() bool { return clk.Timers() >= sleepers() })
-			next, ok := clk.NextDeadline()
-			if !ok || clk.Monotonic()+next-start > at {
-				return
-			}
-			clk.AdvanceToNext()
-		}
-	}
-	three := func() int { return 3 }
-	// a, the head, reads the line at 0 (its append) and 100 ms; b comes
-	// at 50 ms and gives up after its attempt at 150 ms.
-	stepTo(50*time.Millisecond, three)
-	b := startFair(cb, "b", "k", ddblock.WithRetryTimeout(fairRetry+fairRetry/2))
-	waitFor(t, "b to come into the line", func() bool { return fmt.Sprint(tickets(t, holder, "k")) == "[a b]" })
-	stepTo(160*time.Millisecond, func() int {
-		if b.finished() {
-			return 3
-		}
-		return 4
-	})
-	<-b.done
-	if !errors.Is(b.err, ddblock.ErrAcquireTimeout) {
-		t.Fatalf("b: %v; want ACQUIRE_TIMEOUT", b.err)
-	}
-	if got := fmt.Sprint(tickets(t, holder, "k")); got != "[a]" {
-		t.Fatalf("line after b gave up: %s; want [a]", got)
-	}
-	// Free before a's next look (175 ms), which does not read the line.
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	stepWhile(t, clk, three, func() bool { return !a.finished() }, time.Minute)
-	if a.err != nil {
-		t.Fatalf("a: %v", a.err)
-	}
-	if item := lineItemOfK(t, e); item != nil {
-		t.Errorf("the line item after a took the lock: %v; want none", item)
-	}
-	if err := a.lock.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// lineCounting counts calls by whether they are on a line item or a
-// lock item, and whether they write; the holder's heartbeats (updates of
-// the lock) are not counted.
+// lineCounting counts calls by whether they are on a line's counter, a
+// ticket or a lock item, and whether they write; the holder's heartbeats
+// (updates of the lock) and the calls on session items (a client's, not
+// a wait's: one heartbeat a period whatever it waits for) are not
+// counted.
 type lineCounting struct {
 	ddblock.DynamoDBAPI
 	lineWrites, lineReads, lockWrites, lockReads atomic.Int32
+	ticketWrites, ticketReads                    atomic.Int32
 	mu                                           sync.Mutex
 	writes                                       []string // lock writes, in order, with their outcomes
 }
@@ -390,6 +336,11 @@ func keyOf(item map[string]types.AttributeValue) string {
 func (c *lineCounting) count(key string, write bool) {
 	line := strings.Contains(key, "ddblock_line#")
 	switch {
+	case strings.Contains(key, "ddblock_wait#") && write:
+		c.ticketWrites.Add(1)
+	case strings.Contains(key, "ddblock_wait#"):
+		c.ticketReads.Add(1)
+	case strings.Contains(key, "ddblock_session#"):
 	case line && write:
 		c.lineWrites.Add(1)
 	case line:
@@ -407,9 +358,12 @@ func (c *lineCounting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o
 }
 
 func (c *lineCounting) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	c.count(keyOf(in.Item), true)
+	k := keyOf(in.Item)
+	c.count(k, true)
 	out, err := c.DynamoDBAPI.PutItem(ctx, in, o...)
-	c.wrote("PutItem", err)
+	if !strings.Contains(k, "ddblock_wait#") && !strings.Contains(k, "ddblock_session#") {
+		c.wrote("PutItem", err)
+	}
 	return out, err
 }
 
@@ -423,57 +377,79 @@ func (c *lineCounting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 func (c *lineCounting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
 	c.count(keyOf(in.Key), true)
 	out, err := c.DynamoDBAPI.DeleteItem(ctx, in, o...)
-	if !strings.Contains(keyOf(in.Key), "ddblock_line#") {
+	if k := keyOf(in.Key); !strings.Contains(k, "ddblock_line#") && !strings.Contains(k, "ddblock_wait#") && !strings.Contains(k, "ddblock_session#") {
 		c.wrote("DeleteItem", err)
 	}
 	return out, err
 }
 
 // A fair wait costs a bounded number of writes, however long it lasts:
-// the append and the leaving (at most three in all), and on the lock a
-// put when first in line, the put that takes it and the release; waiting
-// itself costs reads only: the line's once a period, and the lock's four
-// times a period for the head, once for the second in line.
+// on the line, the number taken, the ticket, the turn handed on and the
+// ticket's delete; on the lock a put when served, the put that takes it
+// and the release. Waiting itself costs reads only: the counter's once a
+// period by each client's lead (four times by the next in line), the
+// lock's four times a period by the head, and, by the two nearest the
+// front (who time the head), the
+// lock, the head's ticket and its session once a period; those further
+// back inspect the front once per half a grace.
 func TestFairWaitWritesAreBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	_, held := holdK(t, e)
 	clk := fakeClock()
-	const n = 3
+	const n = 4
 	var counts []*lineCounting
 	var waiters []*fairWaiter
 	for i := range n {
 		cc := &lineCounting{DynamoDBAPI: e.ddb}
 		counts = append(counts, cc)
 		c := e.clientOn(cc, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
-		waitForSleepers(t, clk, 2*i+1)
+		waitForSleepers(t, clk, 3*i+1)
 		waiters = append(waiters, startFair(c, fmt.Sprintf("w%d", i), "k"))
-		waitForSleepers(t, clk, 2*i+2)
+		waitForSleepers(t, clk, 3*i+3) // its monitor, its retry, its session's heartbeats
 	}
 	// Twenty retry periods of waiting on a held lock.
 	start := clk.Monotonic()
 	for clk.Monotonic()-start < 20*fairRetry {
-		waitForSleepers(t, clk, 2*n)
+		waitForSleepers(t, clk, 3*n)
 		clk.AdvanceToNext()
 	}
 	for i, cc := range counts {
-		if w := cc.lineWrites.Load() + cc.lockWrites.Load(); w < 1 || w > 2 {
-			t.Errorf("w%d wrote %d times while waiting; want its coming into line, and a put on the lock when first in line", i, w)
+		if w := cc.lineWrites.Load() + cc.ticketWrites.Load(); w != 2 {
+			t.Errorf("w%d wrote %d times on the line while waiting; want 2: its number and its ticket", i, w)
 		}
-		if r := cc.lineReads.Load(); r < 15 || r > 22 {
-			t.Errorf("w%d read its line %d times in 20 retry periods; want one a period", i, r)
+		lo, hi, want := int32(15), int32(22), "one a period"
+		if i == 1 {
+			// The next in line looks four times a period, to see its
+			// turn come soon after the head leaves.
+			lo, hi, want = 60, 84, "four a period"
+		}
+		if r := cc.lineReads.Load(); r < lo || r > hi {
+			t.Errorf("w%d read the line's counter %d times in 20 retry periods; want %s", i, r, want)
 		}
 	}
-	// The head looks at the lock four times a period, the second once
-	// (to time the head), the third never past its first turn.
+	if w := counts[0].lockWrites.Load(); w != 1 {
+		t.Errorf("the head wrote %d times on the lock while waiting; want 1: its first put", w)
+	}
+	// The head looks at the lock four times a period, the next two once
+	// (to time the head), the fourth never.
 	if r := counts[0].lockReads.Load(); r < 60 || r > 84 {
 		t.Errorf("the head read the lock %d times in 20 retry periods; want four a period", r)
 	}
-	if r := counts[1].lockReads.Load(); r < 15 || r > 22 {
-		t.Errorf("the second in line read the lock %d times in 20 retry periods; want one a period", r)
+	for i := 1; i <= 2; i++ {
+		if r := counts[i].lockReads.Load(); r < 15 || r > 22 {
+			t.Errorf("w%d read the lock %d times in 20 retry periods; want one a period", i, r)
+		}
+		if r := counts[i].ticketReads.Load(); r < 15 || r > 22 {
+			t.Errorf("w%d read the head's ticket %d times in 20 retry periods; want one a period", i, r)
+		}
 	}
-	if r := counts[2].lockReads.Load(); r > 3 {
-		t.Errorf("the third in line read the lock %d times in 20 retry periods; want none after its first turn", r)
+	// The fourth, further back, inspects the front once per half its
+	// grace (1.5 s): at most two inspections in these 2 s, the first
+	// reading the three tickets ahead and the lock, the second the
+	// head's ticket and the lock.
+	if r := counts[3].lockReads.Load() + counts[3].ticketReads.Load(); r > 6 {
+		t.Errorf("the fourth in line read the lock or a ticket %d times in 20 retry periods; want at most two inspections (6 reads)", r)
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -490,19 +466,19 @@ func TestFairWaitWritesAreBounded(t *testing.T) {
 			finished.Add(1)
 		}()
 	}
-	stepWhile(t, clk, func() int { return 2*n - int(finished.Load()) }, func() bool { return finished.Load() < n }, time.Minute)
+	stepWhile(t, clk, func() int { return 3*n - int(finished.Load()) }, func() bool { return finished.Load() < n }, time.Minute)
 	for i, cc := range counts {
 		if waiters[i].err != nil {
 			t.Errorf("w%d: %v", i, waiters[i].err)
 		}
-		lw, kw := cc.lineWrites.Load(), cc.lockWrites.Load()
-		if lw < 2 || lw > 3 {
-			t.Errorf("w%d: %d writes on the line; want 2 or 3 (come, leave)", i, lw)
+		lw, tw, kw := cc.lineWrites.Load(), cc.ticketWrites.Load(), cc.lockWrites.Load()
+		if lw != 2 || tw != 2 {
+			t.Errorf("w%d: %d writes on the counter, %d on its ticket; want 2 and 2 (number and hand-on; put and delete)", i, lw, tw)
 		}
 		if kw < 2 || kw > 3 {
 			t.Errorf("w%d: %d writes on the lock; want 2 or 3 (a put that found it held, the put that took it, the release)", i, kw)
 		}
-		t.Logf("w%d: line %d writes %d reads; lock %d writes %d reads; lock writes %v", i, lw, cc.lineReads.Load(), kw, cc.lockReads.Load(), cc.writes)
+		t.Logf("w%d: counter %d writes %d reads; tickets %d writes %d reads; lock %d writes %d reads; lock writes %v", i, lw, cc.lineReads.Load(), tw, cc.ticketReads.Load(), kw, cc.lockReads.Load(), cc.writes)
 	}
 }
 
@@ -625,7 +601,7 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 	waiter := newClient("waiter", append(fakeTimes(), ddblock.WithClock(clk))...)
 	waitForSleepers(t, clk, 1)
 	w := startFair(waiter, "waiter", "job")
-	waitForSleepers(t, clk, 2)
+	waitForSleepers(t, clk, 3) // its monitor, its retry, its session's heartbeats
 	line, err := holder.Line(ctx, "job", "")
 	if err != nil || len(line.Tickets) != 1 || line.Tickets[0].OwnerName != "waiter" || line.SortKey != "" {
 		t.Fatalf("line %+v, %v; want the waiter's ticket, no sort key", line, err)
@@ -633,7 +609,7 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stepWhile(t, clk, func() int { return 2 }, func() bool { return !w.finished() }, time.Minute)
+	stepWhile(t, clk, func() int { return 3 }, func() bool { return !w.finished() }, time.Minute)
 	if w.err != nil {
 		t.Fatalf("fair acquire: %v", w.err)
 	}

@@ -167,6 +167,23 @@ func (o *observations) sessionDead(pk string, lease time.Duration) bool {
 	return false
 }
 
+// sessionStill returns how long session pk's version has been seen
+// standing (its whole lease and more once judged dead), judging nothing:
+// the line (line.go) skips the tickets of a session that stood still
+// past its waiters' pace, a judgement about turns, never about locks.
+func (o *observations) sessionStill(pk string) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.sessionLocked(pk)
+	switch {
+	case s == nil:
+		return 0
+	case s.deadFor > 0:
+		return maxLease
+	}
+	return max(s.lastSent-s.firstSeen, 0)
+}
+
 // claimSessionDelete returns the version of dead session pk's item that
 // the caller is to delete, once per record: false when the session is
 // not judged dead, its item was seen gone, or the delete was claimed.

@@ -641,10 +641,15 @@ type AcquireOptions struct {
 	// fair waiters: among the fair waiters of one key (or of one
 	// semaphore), the lock goes to the one that came first. Clients that
 	// do not wait in line may take it ahead of the line; mutual
-	// exclusion is never at stake. It costs a write to come into the
-	// line and one to leave it, and one read of the line per retry
-	// period. TryAcquireLock and TryAcquire ignore it. Default false.
-	// See [WithFairWaiting] and doc/waiting.md.
+	// exclusion is never at stake. Waiters that die, pause past their
+	// client's lease, are cancelled or leave garbage behind are skipped
+	// within a bound. It costs four writes a wait (a number, a ticket,
+	// handing the turn on, the ticket's delete), one read of the line per
+	// retry period per client and key, and a session item per client
+	// while it waits. TryAcquireLock, TryAcquire and an acquire with a
+	// zero RetryTimeout ignore it: a try takes no place in line, and
+	// takes a free lock whatever waits in line. Default false. See
+	// [WithFairWaiting] and doc/waiting.md.
 	FairWaiting bool
 }
 

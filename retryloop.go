@@ -92,6 +92,13 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		if r.once {
 			return nil, r.giveUp(t)
 		}
+		if r.line.heldAtHead() {
+			// Served at once, but what it waits for was held: it waits
+			// at the head, where those behind must see its ticket.
+			if err := r.line.writeTicket(ctx); err != nil && ctx.Err() == nil {
+				r.lastErr = err
+			}
+		}
 		// Sleep until start + n × the retry period, as Python does,
 		// unless that is past the retry timeout. The next attempt is due
 		// at the first such time still to come: an attempt that took
@@ -105,7 +112,7 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 		if wake > r.start+opts.RetryTimeout {
 			return nil, r.giveUp(t)
 		}
-		if r.line.first() {
+		if r.line.polling() {
 			wake = min(wake, c.clock.Monotonic()+opts.RetryPeriod/headPolls)
 		}
 		if err := r.sleep(ctx, t, wake); err != nil {

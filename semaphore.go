@@ -85,7 +85,7 @@ func (c *Client) NewSemaphore(name string, slots int) (*Semaphore, error) {
 		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for session items", sessionKeyPrefix))
 	}
 	if isLineKey(name) {
-		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q are reserved for lines of fair waiters", lineKeyPrefix))
+		return nil, invalidArg("Name", fmt.Sprintf("names starting with %q or %q are reserved for lines of fair waiters", lineKeyPrefix, ticketKeyPrefix))
 	}
 	if c.isClosed() {
 		return nil, &Error{Code: CodeClientShutdown, Message: "the client is closed", PartitionKey: name}
@@ -270,14 +270,14 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 	}
 	o.SortKey = ""
 	sa := &semaphoreAcquire{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, s: s, opts: o}
-	if o.FairWaiting && !once {
+	if o.FairWaiting && !once && o.RetryTimeout > 0 {
 		// One line for the semaphore, at its metadata item's key: its
 		// head takes any free slot.
 		mpk, msk := s.metaKey()
 		if err := checkLineKey(mpk); err != nil {
 			return nil, err
 		}
-		sa.line = c.newLine(mpk, msk, o.RetryPeriod)
+		sa.line = c.newLine(mpk, msk, o.RetryPeriod, sa.start+o.RetryTimeout)
 	}
 	lock, err := sa.run(ctx, sa, &sa.opts)
 	sa.line.leave()

@@ -362,6 +362,11 @@ func (s *session) heartbeat(oldRVN string, unknown []string) {
 		s.lastGood.Store(int64(hb.sent))
 		s.recover()
 		s.retryLeftoversAfterHeartbeat()
+		c.retryAbandonedTickets(ctx)
+		if !c.opts.SessionLease && c.fairIdle() {
+			// Kept for fair waiters' tickets alone, and none waits.
+			s.retire()
+		}
 	case lost:
 		s.mu.Unlock()
 		c.stats.heartbeatsFailed.Add(1)
@@ -450,6 +455,21 @@ func (s *session) end(why string, deleteItem bool) {
 	if deleteItem {
 		s.deleteItem(c.sendCtx)
 	}
+}
+
+// retire ends a session that no lock is on and that is no longer
+// needed, deleting its item, best effort.
+func (s *session) retire() {
+	s.mu.Lock()
+	if s.ended || len(s.locks) > 0 || len(s.leftovers) > 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.mu.Unlock()
+	s.c.heartbeats.remove(&s.sched)
+	s.deleteItem(s.c.sendCtx)
+	s.c.log.Info("ddblock: session ended: no fair waiter uses it", "session", s.pk)
 }
 
 // close ends the session at the client's Close, once no lock is left on

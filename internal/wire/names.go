@@ -69,15 +69,18 @@ const (
 	// AttrSemaphoreSpan is how many slot indexes may be held while a
 	// shrink drains (N); absent otherwise.
 	AttrSemaphoreSpan = "ddblock_semaphore_span"
-	// AttrLine holds a line's tickets (L of M); AttrLineIDs the set of
-	// their ids (SS).
-	AttrLine    = "ddblock_line"
-	AttrLineIDs = "ddblock_line_ids"
-	// A ticket's fields.
-	TicketID    = "id"
-	TicketOwner = "owner"
-	TicketSince = "since_ms"
-	TicketGrace = "grace_ms"
+	// A line's counter item: its generation (S, fresh at each creation),
+	// the last number handed out and the number whose turn it is (N).
+	AttrLineGen     = "ddblock_line_gen"
+	AttrLineNext    = "ddblock_line_next"
+	AttrLineServing = "ddblock_line_serving"
+	// A ticket item: the waiter's id, owner name, arrival (Unix ms, shown
+	// only), grace (ms) and the partition key of its client's session.
+	AttrTicketID      = "ddblock_ticket_id"
+	AttrTicketOwner   = "ddblock_ticket_owner"
+	AttrTicketSince   = "ddblock_ticket_since_ms"
+	AttrTicketGrace   = "ddblock_ticket_grace_ms"
+	AttrTicketSession = "ddblock_ticket_session"
 )
 
 // IsLockAttribute reports whether name is one of the lock item's own

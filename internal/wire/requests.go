@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
@@ -279,87 +278,5 @@ func (t Table) DropSemaphoreSpan(pk, sk string, resizes int) *dynamodb.UpdateIte
 		ConditionExpression:       aws.String("#resizes = :resizes"),
 		ExpressionAttributeNames:  map[string]string{"#span": AttrSemaphoreSpan, "#resizes": AttrSemaphoreResizes},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":resizes": num(resizes)},
-	}
-}
-
-// Ticket is a waiter's place in a line.
-type Ticket struct {
-	ID, Owner string
-	Since     time.Time
-	Grace     time.Duration
-}
-
-// Enqueue appends ticket to the line at (pk, sk) unless it is there
-// already or the line holds limit tickets, and moves the line's TTL to
-// expiry; it returns the line as it is after.
-func (t Table) Enqueue(pk, sk string, ticket Ticket, limit int, expiry time.Time) *dynamodb.UpdateItemInput {
-	m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-		TicketID:    str(ticket.ID),
-		TicketOwner: str(ticket.Owner),
-		TicketSince: &types.AttributeValueMemberN{Value: strconv.FormatInt(ticket.Since.UnixMilli(), 10)},
-		TicketGrace: &types.AttributeValueMemberN{Value: strconv.FormatInt(ticket.Grace.Milliseconds(), 10)},
-	}}
-	return &dynamodb.UpdateItemInput{
-		TableName:           aws.String(t.Name),
-		Key:                 t.Key(pk, sk),
-		UpdateExpression:    aws.String("SET #l = list_append(if_not_exists(#l, :empty), :t), #ttl = :ttl ADD #ids :idset"),
-		ConditionExpression: aws.String("(attribute_not_exists(#ids) OR NOT contains(#ids, :id)) AND (attribute_not_exists(#l) OR size(#l) < :max)"),
-		ExpressionAttributeNames: map[string]string{
-			"#l": AttrLine, "#ids": AttrLineIDs, NameTTL: t.TTL,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
-			":t":     &types.AttributeValueMemberL{Value: []types.AttributeValue{m}},
-			ValueTTL: &types.AttributeValueMemberN{Value: Epoch(expiry)},
-			":idset": &types.AttributeValueMemberSS{Value: []string{ticket.ID}},
-			":id":    str(ticket.ID),
-			":max":   num(limit),
-		},
-		ReturnValues: types.ReturnValueAllNew,
-	}
-}
-
-// DeleteLine deletes the line at (pk, sk) on the condition that ticket
-// id is its only one.
-func (t Table) DeleteLine(pk, sk, id string) *dynamodb.DeleteItemInput {
-	return &dynamodb.DeleteItemInput{
-		TableName:                aws.String(t.Name),
-		Key:                      t.Key(pk, sk),
-		ConditionExpression:      aws.String("size(#l) = :one AND #l[0].#i = :id"),
-		ExpressionAttributeNames: map[string]string{"#l": AttrLine, "#i": TicketID},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":one": &types.AttributeValueMemberN{Value: "1"},
-			":id":  str(id),
-		},
-	}
-}
-
-// Dequeue removes ticket id from the line at (pk, sk), on the condition
-// that it is at index i. The reply holds the line as it is after: an
-// empty one is for DeleteEmptyLine.
-func (t Table) Dequeue(pk, sk, id string, i int) *dynamodb.UpdateItemInput {
-	return &dynamodb.UpdateItemInput{
-		TableName:                aws.String(t.Name),
-		Key:                      t.Key(pk, sk),
-		UpdateExpression:         aws.String(fmt.Sprintf("REMOVE #l[%d] DELETE #ids :idset", i)),
-		ConditionExpression:      aws.String(fmt.Sprintf("#l[%d].#i = :id", i)),
-		ExpressionAttributeNames: map[string]string{"#l": AttrLine, "#ids": AttrLineIDs, "#i": TicketID},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":idset": &types.AttributeValueMemberSS{Value: []string{id}},
-			":id":    str(id),
-		},
-		ReturnValues: types.ReturnValueAllNew,
-	}
-}
-
-// DeleteEmptyLine deletes the line item at (pk, sk) on the condition
-// that its line is empty: nobody came since a Dequeue emptied it.
-func (t Table) DeleteEmptyLine(pk, sk string) *dynamodb.DeleteItemInput {
-	return &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(t.Name),
-		Key:                       t.Key(pk, sk),
-		ConditionExpression:       aws.String("size(#l) = :zero"),
-		ExpressionAttributeNames:  map[string]string{"#l": AttrLine},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": &types.AttributeValueMemberN{Value: "0"}},
 	}
 }

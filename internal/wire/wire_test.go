@@ -302,55 +302,56 @@ func TestSemaphoreMeta(t *testing.T) {
 
 func TestLine(t *testing.T) {
 	key := map[string]types.AttributeValue{"key": s("ddblock_line#k"), "sort_key": s("-")}
-	ticket := Ticket{ID: "t1", Owner: "me", Since: time.UnixMilli(1234), Grace: 1500 * time.Millisecond}
+	names := map[string]string{"#gen": "ddblock_line_gen", "#next": "ddblock_line_next", "#serving": "ddblock_line_serving"}
 	check(t, &dynamodb.UpdateItemInput{
-		TableName:           aws.String("locks"),
-		Key:                 key,
-		UpdateExpression:    aws.String("SET #l = list_append(if_not_exists(#l, :empty), :t), #ttl = :ttl ADD #ids :idset"),
-		ConditionExpression: aws.String("(attribute_not_exists(#ids) OR NOT contains(#ids, :id)) AND (attribute_not_exists(#l) OR size(#l) < :max)"),
+		TableName:        aws.String("locks"),
+		Key:              key,
+		UpdateExpression: aws.String("SET #next = if_not_exists(#next, :zero) + :one, #serving = if_not_exists(#serving, :one), #gen = if_not_exists(#gen, :gen), #ttl = if_not_exists(#ttl, :ttl)"),
 		ExpressionAttributeNames: map[string]string{
-			"#l": "ddblock_line", "#ids": "ddblock_line_ids", "#ttl": "expiry_time",
+			"#gen": "ddblock_line_gen", "#next": "ddblock_line_next", "#serving": "ddblock_line_serving", "#ttl": "expiry_time",
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
-			":t": &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-				"id": s("t1"), "owner": s("me"), "since_ms": n("1234"), "grace_ms": n("1500"),
-			}}}},
-			":ttl":   n("1700000000"),
-			":idset": &types.AttributeValueMemberSS{Value: []string{"t1"}},
-			":id":    s("t1"),
-			":max":   n("500"),
+			":zero": n("0"), ":one": n("1"), ":gen": s("g1"), ":ttl": n("1700000000"),
 		},
 		ReturnValues: types.ReturnValueAllNew,
-	}, table.Enqueue("ddblock_line#k", "-", ticket, 500, expiry))
+	}, table.LineTake("ddblock_line#k", "-", "g1", expiry))
+	check(t, &dynamodb.UpdateItemInput{
+		TableName:                aws.String("locks"),
+		Key:                      key,
+		UpdateExpression:         aws.String("SET #serving = :to, #ttl = :ttl"),
+		ConditionExpression:      aws.String("#gen = :gen AND #serving = :from"),
+		ExpressionAttributeNames: map[string]string{"#gen": "ddblock_line_gen", "#serving": "ddblock_line_serving", "#ttl": "expiry_time"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":gen": s("g1"), ":from": n("3"), ":to": n("5"), ":ttl": n("1700000000"),
+		},
+		ReturnValues: types.ReturnValueAllNew,
+	}, table.LineAdvance("ddblock_line#k", "-", "g1", 3, 5, expiry))
 	check(t, &dynamodb.DeleteItemInput{
 		TableName:                aws.String("locks"),
 		Key:                      key,
-		ConditionExpression:      aws.String("size(#l) = :one AND #l[0].#i = :id"),
-		ExpressionAttributeNames: map[string]string{"#l": "ddblock_line", "#i": "id"},
+		ConditionExpression:      aws.String("#gen = :gen AND #serving = :serving AND #next = :next"),
+		ExpressionAttributeNames: names,
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":one": n("1"), ":id": s("t1"),
+			":gen": s("g1"), ":serving": n("4"), ":next": n("3"),
 		},
-	}, table.DeleteLine("ddblock_line#k", "-", "t1"))
-	check(t, &dynamodb.UpdateItemInput{
-		TableName:                aws.String("locks"),
-		Key:                      key,
-		UpdateExpression:         aws.String("REMOVE #l[3] DELETE #ids :idset"),
-		ConditionExpression:      aws.String("#l[3].#i = :id"),
-		ExpressionAttributeNames: map[string]string{"#l": "ddblock_line", "#ids": "ddblock_line_ids", "#i": "id"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":idset": &types.AttributeValueMemberSS{Value: []string{"t1"}},
-			":id":    s("t1"),
+	}, table.LineClose("ddblock_line#k", "-", "g1", 4, 3))
+	tkey := map[string]types.AttributeValue{"key": s("ddblock_wait#g1#3#k"), "sort_key": s("-")}
+	check(t, &dynamodb.PutItemInput{
+		TableName: aws.String("locks"),
+		Item: map[string]types.AttributeValue{
+			"key": s("ddblock_wait#g1#3#k"), "sort_key": s("-"),
+			"ddblock_ticket_id": s("t1"), "ddblock_ticket_owner": s("me"), "ddblock_ticket_since_ms": n("1234"),
+			"ddblock_ticket_grace_ms": n("1500"), "ddblock_ticket_session": s("ddblock_session#x"), "expiry_time": n("1700000000"),
 		},
-		ReturnValues: types.ReturnValueAllNew,
-	}, table.Dequeue("ddblock_line#k", "-", "t1", 3))
+	}, table.PutTicket("ddblock_wait#g1#3#k", "-", Ticket{ID: "t1", Owner: "me", Session: "ddblock_session#x", Since: time.UnixMilli(1234), Grace: 1500 * time.Millisecond}, expiry))
 	check(t, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String("locks"),
-		Key:                       key,
-		ConditionExpression:       aws.String("size(#l) = :zero"),
-		ExpressionAttributeNames:  map[string]string{"#l": "ddblock_line"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n("0")},
-	}, table.DeleteEmptyLine("ddblock_line#k", "-"))
+		Key:                       tkey,
+		ConditionExpression:       aws.String("#id = :id"),
+		ExpressionAttributeNames:  map[string]string{"#id": "ddblock_ticket_id"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": s("t1")},
+	}, table.DeleteTicket("ddblock_wait#g1#3#k", "-", "t1"))
+	check(t, &dynamodb.DeleteItemInput{TableName: aws.String("locks"), Key: tkey}, table.DeleteTicket("ddblock_wait#g1#3#k", "-", ""))
 }
 
 func TestTableRequests(t *testing.T) {
