@@ -1,29 +1,59 @@
 package reliability
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
+	"github.com/ddblock/ddblock/internal/faultproxy"
+	"github.com/ddblock/ddblock/internal/mutexcheck"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // fairChaos is the semaphore set-up (locks, slots, elections, WithLock,
 // direct slot keys, every flavour) with half the holders waiting fairly:
 // the even in-process slots and the workers' even clients, each in its
-// flavour. Fair waiters are killed while in line, paused while first in
-// line (a worker's SIGSTOP), closed while waiting (abandoned clients),
-// and meet lost replies to their coming into line and leaving it (the
-// fault proxy's drop-reply on every operation).
+// flavour, and crowds of fair waiters for one key's lock: twenty of one
+// in-process client, and three more clients in each worker. Fair
+// waiters are killed in bunches while in line (a worker with the first
+// two tickets of a line, or two in one, is SIGKILLed), paused while
+// first in line (a worker's SIGSTOP, from well under the lease to well
+// over it), cancelled twenty at once, closed while waiting (the crowd's
+// client closed under them, and the abandoned in-process clients), and
+// meet lost replies to their coming into line and leaving it (the fault
+// proxy's drop-reply on every operation) and garbage written into their
+// lines. A fair waiter waits up to FairTimeout, well over its progress
+// bound, so that the progress check sees a line that jams.
 func fairChaos(d time.Duration) chaosConfig {
 	cfg := semaphoreChaos(d)
 	cfg.Fair = true
+	grace := mutexcheck.FairGrace(cfg.RetryPeriod, cfg.Heartbeat)
+	bound, _ := mutexcheck.FairProgressBound(cfg.RetryPeriod, cfg.Heartbeat, grace)
+	cfg.FairTimeout = 2*bound + time.Second
+	cfg.Crowd, cfg.WorkerCrowd, cfg.CrowdEvery = 20, 3, 3*time.Second
+	cfg.GarbleEvery = 400 * time.Millisecond
 	return cfg
 }
 
 // TestMutualExclusionWithFairWaiters: the line decides who tries, never
 // who holds; mutual exclusion and the slot limit hold with fair waiters
-// mixed among every other kind of holder, under faults, kills and
-// pauses.
+// mixed among every other kind of holder, under faults, kills, pauses,
+// cancellations and garbled lines; and no fair waiter leaves its lock
+// free longer than the line's bound (runChaos fails the test on a fair
+// waiter's progress violation as on any other's).
 func TestMutualExclusionWithFairWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -35,7 +65,7 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
 			res.faults(), res.Kills, res.Pauses, res.Abandons)
 	}
-	fair, unfair, fairKinds := 0, 0, 0
+	fair, unfair, fairKinds, crowd := 0, 0, 0, 0
 	for kind, n := range rep.ByKind {
 		if strings.Contains(kind, "-fair") {
 			fair += n
@@ -43,14 +73,49 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 		} else {
 			unfair += n
 		}
+		if strings.HasPrefix(kind, "crowd-") {
+			crowd += n
+		}
 	}
 	// Fair waiters of at least three flavours, among the others (which
 	// flavours get their turns in 20 seconds is luck).
-	if fair == 0 || unfair == 0 || fairKinds < 3 {
-		t.Errorf("working tenures of fair waiters %d in %d flavours, of others %d (%v): the run must mix them", fair, fairKinds, unfair, rep.ByKind)
+	if fair == 0 || unfair == 0 || fairKinds < 3 || crowd == 0 {
+		t.Errorf("working tenures of fair waiters %d in %d flavours (of the crowds %d), of others %d (%v): the run must mix them", fair, fairKinds, crowd, unfair, rep.ByKind)
 	}
 	if rep.Handoffs < 50 || rep.Takeovers == 0 {
 		t.Errorf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers)
+	}
+	f := res.Fair
+	if f.BunchKills == 0 || f.HeadPauses == 0 || f.CrowdCancels == 0 || f.CrowdCloses == 0 || f.CrowdMostInLine < 2 {
+		t.Errorf("fair waiters killed in bunches %d, paused first in line %d, crowds cancelled %d and closed %d (most in line at once %d): every kind of trouble must strike them",
+			f.BunchKills, f.HeadPauses, f.CrowdCancels, f.CrowdCloses, f.CrowdMostInLine)
+	}
+	if f.Garbles["ticket-without-id-at-serving"]+f.Garbles["ticket-without-id-ahead"] == 0 {
+		t.Errorf("no ticket without an id written into a line (%v)", f.Garbles)
+	}
+	if f.Garbles["ticket-wrong-types"] == 0 {
+		t.Errorf("no ticket-wrong-types written into a line (%v)", f.Garbles)
+	}
+	if f.Garbles["counter-wrong-types"]+f.Garbles["counter-out-of-range"]+f.Garbles["counter-without-generation"] == 0 {
+		t.Errorf("no counter garbled (%v)", f.Garbles)
+	}
+	// Garbage in a line is another writer's, not the waiter's business:
+	// a fair waiter skips garbled tickets and resets a garbled counter,
+	// and waits on; its acquire never ends for it.
+	if n := rep.Failures["acquire "+string(ddblock.CodeInvalidItem)] + rep.Failures["withlock "+string(ddblock.CodeInvalidItem)]; n > 0 {
+		t.Errorf("%d acquires of fair waiters ended with INVALID_ITEM for the garbage written into their lines: they must reset it and wait on", n)
+	}
+	if rep.Progress == nil || len(rep.FairProgressViolations) > 0 {
+		return
+	}
+	checked := 0
+	for kind, p := range rep.Progress {
+		if strings.Contains(kind, "-fair") {
+			checked += p.Timeouts + p.OtherFailures
+		}
+	}
+	if checked == 0 {
+		t.Errorf("no failed wait of a fair waiter was checked for progress (%v)", rep.Progress)
 	}
 }
 
@@ -64,4 +129,327 @@ func TestFairSoak(t *testing.T) {
 	}
 	res := runChaos(t, fairChaos(*soakFor))
 	fmt.Printf("\n=== ddblock reliability soak with fair waiters ===\n%s\n", res.Summary())
+}
+
+// fairCounts counts what befell the fair waiters, as it happens.
+type fairCounts struct {
+	mu sync.Mutex
+	fairTrouble
+}
+
+// fairTrouble is what befell the fair waiters of a run, besides the
+// faults, kills, pauses and abandons that strike every kind.
+type fairTrouble struct {
+	// BunchKills are kills of a worker with at least two fair waiters
+	// in one line, HeadSecondKills of those the first two in line.
+	BunchKills, HeadSecondKills int
+	// HeadPauses are pauses of a worker whose fair waiter was first in
+	// line, LongHeadPauses of those longer than the lease.
+	HeadPauses, LongHeadPauses int
+	// CrowdCancels and CrowdCloses are the crowds of in-process fair
+	// waiters cancelled, or their client closed, all at once; CrowdInLine
+	// adds up, and CrowdMostInLine is the most of, their tickets in line
+	// at those moments.
+	CrowdCancels, CrowdCloses, CrowdInLine, CrowdMostInLine int
+	// Garbles count the garbage written into lines, by kind.
+	Garbles map[string]int
+}
+
+func (f *fairCounts) add(fn func(t *fairTrouble)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Garbles == nil {
+		f.Garbles = map[string]int{}
+	}
+	fn(&f.fairTrouble)
+}
+
+func (f *fairCounts) snapshot() fairTrouble {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.fairTrouble
+	t.Garbles = maps.Clone(f.Garbles)
+	return t
+}
+
+func (t fairTrouble) garbles() int {
+	n := 0
+	for _, v := range t.Garbles {
+		n += v
+	}
+	return n
+}
+
+func (t fairTrouble) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "fair waiters: kills of a worker with 2+ fair waiters in one line %d (the first two in line %d), pauses of a worker first in line %d (%d longer than the lease)\n",
+		t.BunchKills, t.HeadSecondKills, t.HeadPauses, t.LongHeadPauses)
+	fmt.Fprintf(&b, "fair crowds of one client: cancelled at once %d, client closed while waiting %d; their tickets in line at those moments %d, most at once %d\n",
+		t.CrowdCancels, t.CrowdCloses, t.CrowdInLine, t.CrowdMostInLine)
+	kinds := slices.Sorted(maps.Keys(t.Garbles))
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, t.Garbles[k]))
+	}
+	fmt.Fprintf(&b, "garbage written into lines %d: %s\n", t.garbles(), strings.Join(parts, ", "))
+	return b.String()
+}
+
+// lineKeys are the keys of the lines the run's fair waiters wait in: each
+// key's lock's, and with semaphores each semaphore's (its metadata item,
+// sort key "slots").
+func (c *chaos) lineKeys() [][2]string {
+	var out [][2]string
+	for _, key := range c.keys {
+		out = append(out, [2]string{key, ddblock.DefaultSortKey})
+		if c.cfg.SemaphoreSlots > 0 {
+			out = append(out, [2]string{key, "slots"})
+		}
+	}
+	return out
+}
+
+// huntFront looks at the keys' lines for up to a second and a half,
+// for a worker to strike: for a kill, one with the first two tickets of
+// a line (else, seen last, one with two tickets in one line); for a
+// pause, one with the first. It returns nil when none was seen.
+func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSecond bool) {
+	lines := c.lineKeys()
+	if kill {
+		lines = lines[:1] // the workers' crowds wait for the first key's lock
+	}
+	var bunch *workerSlot
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, lk := range lines {
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			info, err := c.lines.Line(lctx, lk[0], lk[1])
+			cancel()
+			if err != nil || len(info.Tickets) == 0 {
+				continue
+			}
+			for _, cand := range c.workers {
+				prefix := cand.id() + "/"
+				if !kill {
+					if strings.HasPrefix(info.Tickets[0].OwnerName, prefix) {
+						return cand, false
+					}
+					continue
+				}
+				if len(info.Tickets) >= 2 && strings.HasPrefix(info.Tickets[0].OwnerName, prefix) && strings.HasPrefix(info.Tickets[1].OwnerName, prefix) {
+					return cand, true
+				}
+				n := 0
+				for _, tk := range info.Tickets {
+					if strings.HasPrefix(tk.OwnerName, prefix) {
+						n++
+					}
+				}
+				if n >= 2 {
+					bunch = cand
+				}
+			}
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			break
+		}
+	}
+	return bunch, false
+}
+
+// runCrowd runs, until ctx ends, a crowd of cfg.Crowd fair waiters of
+// one client for one key's lock (its goroutines wait on one another's
+// locks, WithWaitOnOwn), and every CrowdEvery or so strikes them all at
+// once: in turn, their contexts are cancelled, or their client is closed
+// under them. Each strike is followed by a new client, of the next
+// flavour, for the next key.
+func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
+	sdk := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
+	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 5))
+	for gen := 1; ctx.Err() == nil; gen++ {
+		fl := mutexcheck.Fair(flavours[gen%len(flavours)])
+		name := fmt.Sprintf("x%d-crowd-%s", gen, fl.Name)
+		key := c.keys[gen%len(c.keys)]
+		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
+		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.inproc}
+		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
+		if err != nil {
+			c.problem("ddblock.New: %v", err)
+			return
+		}
+		timeout := c.cfg.FairTimeout
+		if timeout <= 0 {
+			timeout = 3 * time.Second
+		}
+		acquireOpts := append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithWaitOnOwn(),
+			ddblock.WithRetryTimeout(timeout)}, fl.Acquire...)
+		gctx, cancel := context.WithCancel(ctx)
+		var running sync.WaitGroup
+		for g := range c.cfg.Crowd {
+			id := fmt.Sprintf("x%d.t%d-crowd-%s", gen, g, fl.Name)
+			h := &mutexcheck.Holder{
+				ID: id, Client: client, Keys: []string{key}, Log: c.inproc,
+				HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
+				LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
+				AcquireTimeout: timeout,
+				AcquireOptions: acquireOpts,
+				Seed:           c.cfg.Seed + uint64(gen)<<20 + uint64(g),
+				CallsRecorded:  true,
+			}
+			running.Go(func() {
+				if err := h.Run(gctx); err != nil {
+					c.problem("holder %s: %v", id, err)
+				}
+			})
+		}
+		closeUnder := gen%2 == 0
+		if sleep(ctx, around(rng, c.cfg.CrowdEvery)) {
+			inLine := 0
+			lctx, lcancel := context.WithTimeout(ctx, time.Second)
+			if info, err := c.lines.Line(lctx, key, ""); err == nil {
+				for _, tk := range info.Tickets {
+					if tk.OwnerName == name {
+						inLine++
+					}
+				}
+			}
+			lcancel()
+			now := mutexcheck.Now()
+			if closeUnder {
+				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := client.Close(cctx, false); err != nil && ctx.Err() == nil {
+					c.problem("closing the crowd's client %s: %v", name, err)
+				}
+				ccancel()
+				c.inproc.Trouble(name, now, now, "abandon", 0)
+			} else {
+				cancel()
+			}
+			c.fair.add(func(t *fairTrouble) {
+				if closeUnder {
+					t.CrowdCloses++
+				} else {
+					t.CrowdCancels++
+				}
+				t.CrowdInLine += inLine
+				t.CrowdMostInLine = max(t.CrowdMostInLine, inLine)
+			})
+		}
+		cancel()
+		running.Wait()
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := client.Close(cctx, true); err != nil && !closeUnder {
+			c.problem("closing %s: %v", name, err)
+		}
+		ccancel()
+		now := mutexcheck.Now()
+		c.inproc.Trouble(name, now, now, "closed", 0)
+		c.addStats(client.Stats())
+	}
+}
+
+// garbleLines writes, every GarbleEvery or so, garbage into one of the
+// keys' lines, as another writer might: a ticket with no id at the
+// number being served, a ticket whose attributes have the wrong types
+// among the numbers waiting (or the next to be handed out), or a
+// counter that does not read (a number of the wrong type, no
+// generation, numbers out of any sane range). It writes straight to
+// the table, and never a lock item: only keys starting with
+// "ddblock_line#" or "ddblock_wait#". Tickets are written only where
+// none is (a waiter writes its own over garbage at its number).
+func (c *chaos) garbleLines(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 6))
+	lines := c.lineKeys()
+	ddb := c.env.direct
+	pkName, skName := ddblock.DefaultPartitionKeyName, ddblock.DefaultSortKeyName
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: fmt.Sprint(v)} }
+	put := func(what string, item map[string]types.AttributeValue, onlyIfAbsent bool) bool {
+		pk := item[pkName].(*types.AttributeValueMemberS).Value
+		if !strings.HasPrefix(pk, "ddblock_line#") && !strings.HasPrefix(pk, "ddblock_wait#") {
+			c.problem("the garbler was about to write %q, not a line's item", pk)
+			return false
+		}
+		in := &dynamodb.PutItemInput{TableName: aws.String(c.env.table), Item: item}
+		if onlyIfAbsent {
+			in.ConditionExpression = aws.String("attribute_not_exists(#pk)")
+			in.ExpressionAttributeNames = map[string]string{"#pk": pkName}
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := ddb.PutItem(pctx, in)
+		cancel()
+		var cond *types.ConditionalCheckFailedException
+		switch {
+		case errors.As(err, &cond), ctx.Err() != nil:
+			return false
+		case err != nil:
+			c.problem("garbler: %v", err)
+			return false
+		}
+		now := mutexcheck.Now()
+		c.inproc.Trouble("garbler", now, now, "garble-"+what, 0)
+		c.fair.add(func(t *fairTrouble) { t.Garbles[what]++ })
+		return true
+	}
+	for i := 0; sleep(ctx, around(rng, c.cfg.GarbleEvery)); i++ {
+		lk := lines[rng.IntN(len(lines))]
+		key, sk := lk[0], lk[1]
+		counterPK := "ddblock_line#" + key
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out, err := ddb.GetItem(gctx, &dynamodb.GetItemInput{TableName: aws.String(c.env.table), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{pkName: s(counterPK), skName: s(sk)}})
+		cancel()
+		if err != nil {
+			continue
+		}
+		gen, _ := out.Item[wire.AttrLineGen].(*types.AttributeValueMemberS)
+		servingAV, _ := out.Item[wire.AttrLineServing].(*types.AttributeValueMemberN)
+		nextAV, _ := out.Item[wire.AttrLineNext].(*types.AttributeValueMemberN)
+		if gen == nil || servingAV == nil || nextAV == nil {
+			continue // no line now (or garbled already)
+		}
+		var serving, next int64
+		if _, err := fmt.Sscan(servingAV.Value, &serving); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscan(nextAV.Value, &next); err != nil {
+			continue
+		}
+		ticket := func(num int64) string { return fmt.Sprintf("ddblock_wait#%s#%d#%s", gen.Value, num, key) }
+		switch i % 6 {
+		case 0, 3: // a ticket with no id where the head's would be, or else at the next number to come
+			noID := func(num int64) map[string]types.AttributeValue {
+				return map[string]types.AttributeValue{
+					pkName: s(ticket(num)), skName: s(sk),
+					wire.AttrTicketOwner: s("garbler"), wire.AttrTicketGrace: n(1000), wire.AttrTicketSince: n(time.Now().UnixMilli()),
+				}
+			}
+			if !put("ticket-without-id-at-serving", noID(serving), true) {
+				put("ticket-without-id-ahead", noID(next+1), true)
+			}
+		case 1, 4: // a ticket of the wrong types among the waiting, or next
+			num := serving + 1 + rng.Int64N(max(next-serving, 0)+1)
+			put("ticket-wrong-types", map[string]types.AttributeValue{
+				pkName: s(ticket(num)), skName: s(sk),
+				wire.AttrTicketID: n(42), wire.AttrTicketOwner: &types.AttributeValueMemberBOOL{Value: true},
+				wire.AttrTicketGrace: s("soon"), wire.AttrTicketSince: s("yesterday"), wire.AttrTicketSession: n(7),
+			}, true)
+		case 2: // a counter of the wrong types
+			put("counter-wrong-types", map[string]types.AttributeValue{
+				pkName: s(counterPK), skName: s(sk),
+				wire.AttrLineGen: n(1), wire.AttrLineNext: s("many"), wire.AttrLineServing: &types.AttributeValueMemberBOOL{Value: false},
+			}, false)
+		default: // a counter out of any sane range, or with no generation
+			item := map[string]types.AttributeValue{pkName: s(counterPK), skName: s(sk),
+				wire.AttrLineGen: s(gen.Value), wire.AttrLineServing: n(serving), wire.AttrLineNext: n(serving + 1<<40)}
+			what := "counter-out-of-range"
+			if rng.IntN(2) == 0 {
+				delete(item, wire.AttrLineGen)
+				item[wire.AttrLineNext] = n(next)
+				what = "counter-without-generation"
+			}
+			put(what, item, false)
+		}
+	}
 }

@@ -65,7 +65,22 @@ type chaosConfig struct {
 	// Fair makes the even in-process slots and the workers' even clients
 	// wait fairly (mutexcheck.Fair), among the others that do not.
 	Fair bool
-	Seed uint64
+	// FairTimeout, when positive, is a fair waiter's acquire deadline
+	// (and RetryTimeout), long enough for the progress check to see a
+	// line that jams (it must be over mutexcheck.FairProgressBound).
+	FairTimeout time.Duration
+	// Crowd, when positive, runs that many in-process fair waiters of
+	// one client for one key's lock (fair_test.go), all cancelled or
+	// their client closed at once every CrowdEvery or so;
+	// WorkerCrowd more clients in each worker wait fairly for the first
+	// key's lock only, so that a kill or a pause takes several waiters
+	// of one line at once (the disturber aims at the front of lines).
+	Crowd, WorkerCrowd int
+	CrowdEvery         time.Duration
+	// GarbleEvery, when positive, is the mean pause between two
+	// garbage writes into the keys' lines (fair_test.go).
+	GarbleEvery time.Duration
+	Seed        uint64
 }
 
 func defaultChaos(d time.Duration) chaosConfig {
@@ -101,6 +116,8 @@ type chaosResult struct {
 	// Leftover counts the lock items found after everyone stopped (those
 	// of killed holders), all of which the final check took over.
 	Leftover int
+	// Fair is what befell the fair waiters in particular (fair_test.go).
+	Fair fairTrouble
 }
 
 func (r chaosResult) faults() int64 {
@@ -129,6 +146,9 @@ func (r chaosResult) Summary() string {
 	fmt.Fprintf(&b, "faults injected %d of %d requests: %s\n", r.faults(), r.Requests, strings.Join(kinds, ", "))
 	fmt.Fprintf(&b, "kills %d, pauses %d (%d longer than the lease), abandoned clients %d, leftover items taken over at the end %d\n",
 		r.Kills, r.Pauses, r.LongPauses, r.Abandons, r.Leftover)
+	if r.Config.Fair {
+		b.WriteString(r.Fair.summary())
+	}
 	s := r.Stats
 	fmt.Fprintf(&b, "library counters (clean shutdowns): heartbeats sent %d, failed %d, skipped %d, late rounds %d, in danger %d, recovered %d, stolen %d\n",
 		s.HeartbeatsSent, s.HeartbeatsFailed, s.HeartbeatsSkipped, s.LateRounds, s.InDanger, s.Recovered, s.Stolen)
@@ -158,6 +178,9 @@ type chaos struct {
 	slots sync.Map
 
 	kills, pauses, longPauses, abandons atomic.Int64
+	fair                                fairCounts
+	// lines reads the keys' lines for the disturber (fair_test.go).
+	lines *ddblock.Client
 
 	statsMu sync.Mutex
 	stats   ddblock.Stats
@@ -183,6 +206,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 		c.keys = append(c.keys, fmt.Sprintf("key-%d", i))
 	}
 	c.opts = append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease), ddblock.WithTableName(c.env.table), ddblock.WithLogger(quiet))
+	if cfg.Fair {
+		c.lines = c.env.client(c.env.direct, ddblock.WithOwnerName("line-watcher"))
+	}
 	f, err := os.Create(filepath.Join(c.dir, "inprocess.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +239,12 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 			w.killNow()
 		}
 	})
+	if cfg.Crowd > 0 {
+		p := c.env.proxy()
+		c.proxies = append(c.proxies, p)
+		c.targets = append(c.targets, "x*")
+		holdersDone.Go(func() { c.runCrowd(holders, p) })
+	}
 
 	chaosCtx, stopChaos := context.WithTimeout(context.Background(), cfg.Duration)
 	var chaosDone sync.WaitGroup
@@ -221,6 +253,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	chaosDone.Go(func() { c.abandonClients(chaosCtx, holders) })
 	if len(cfg.ResizeTo) > 0 {
 		chaosDone.Go(func() { c.resizeSemaphores(chaosCtx) })
+	}
+	if cfg.GarbleEvery > 0 {
+		chaosDone.Go(func() { c.garbleLines(chaosCtx) })
 	}
 	<-chaosCtx.Done()
 	chaosDone.Wait()
@@ -250,6 +285,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	res.Kills, res.Pauses, res.LongPauses, res.Abandons =
 		int(c.kills.Load()), int(c.pauses.Load()), int(c.longPauses.Load()), int(c.abandons.Load())
 	res.Stats = c.stats
+	res.Fair = c.fair.snapshot()
 	res.Report = c.check()
 	res.Leftover = c.takeOverLeftovers(res.Report.MaxToken)
 
@@ -277,11 +313,11 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	return res
 }
 
-// reportProgress fails the test on every failed wait of an unfair
-// waiter that left its lock free, the waiter able to look, for longer
-// than its bound. Those of fair waiters are reported apart (see
-// doc/reliability.md, and issue 30: lines of fair waiters that jam), and
-// fail the test only with -fair-progress.
+// reportProgress fails the test on every failed wait that left its lock
+// free, the waiter able to look, for longer than its bound: an unfair
+// waiter's, and a fair waiter's against the line's bound behind dead,
+// gone and garbled waiters (mutexcheck.FairProgressBound; issue 30).
+// With -fair-progress=false those of fair waiters are only logged.
 func reportProgress(t *testing.T, rep mutexcheck.Report) {
 	t.Helper()
 	for _, v := range rep.ProgressViolations {
@@ -291,7 +327,7 @@ func reportProgress(t *testing.T, rep mutexcheck.Report) {
 		if *fairProgress {
 			t.Errorf("PROGRESS VIOLATED BY A FAIR WAITER: %s", v)
 		} else {
-			t.Logf("progress violated by a fair waiter (reported, not failed: -fair-progress fails it): %s", v)
+			t.Logf("progress violated by a fair waiter (reported, not failed: -fair-progress=false): %s", v)
 		}
 	}
 	if rep.ProgressChecked == 0 {
@@ -329,6 +365,11 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 		// (waiters.go). The others are one goroutine each.
 		goroutines := 1
 		acquireOpts := append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)}, fl.Acquire...)
+		acquireTimeout := 3 * time.Second
+		if strings.HasSuffix(fl.Name, "-fair") && c.cfg.FairTimeout > 0 {
+			acquireTimeout = c.cfg.FairTimeout
+			acquireOpts = append(acquireOpts, ddblock.WithRetryTimeout(acquireTimeout))
+		}
 		if i%4 <= 1 {
 			goroutines = sharedClientGoroutines
 			acquireOpts = append(acquireOpts, ddblock.WithWaitOnOwn())
@@ -343,7 +384,7 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 				ID: id, Client: client, Keys: c.keys, Log: c.inproc,
 				HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
 				LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
-				AcquireTimeout: 3 * time.Second,
+				AcquireTimeout: acquireTimeout,
 				AcquireOptions: acquireOpts,
 				UseWithLock:    i%4 == 1,
 				UseElection:    i%4 == 3,
@@ -505,18 +546,38 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 	}
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
 	for n := 0; sleep(ctx, around(rng, c.cfg.ProcEvery)); n++ {
-		w := c.workers[rng.IntN(len(c.workers))]
-		// Strike while the worker works under a lock, at a random point
-		// of its tenure, when it does so within a second.
-		if w.waitOpen(ctx, time.Second) {
-			time.Sleep(between(rng, 0, 30*time.Millisecond))
+		kill := n%3 == 1 && !c.cfg.PausesOnly
+		// With fair waiters, every kill and one pause in two strike at
+		// the front of a line (fair_test.go): a worker with the first
+		// two tickets of a line (or two tickets in one), or the first.
+		var w *workerSlot
+		headSecond, front := false, false
+		if c.cfg.Fair && (kill || n%3 == 0) {
+			w, headSecond = c.huntFront(ctx, kill)
+			front = w != nil
 		}
-		if n%3 == 1 && !c.cfg.PausesOnly {
+		if w == nil {
+			w = c.workers[rng.IntN(len(c.workers))]
+			// Strike while the worker works under a lock, at a random
+			// point of its tenure, when it does so within a second.
+			if w.waitOpen(ctx, time.Second) {
+				time.Sleep(between(rng, 0, 30*time.Millisecond))
+			}
+		}
+		if kill {
 			id := w.id()
 			w.kill()
 			now := mutexcheck.Now()
 			c.inproc.Trouble(id, now, now, "kill", 0)
 			c.kills.Add(1)
+			if front {
+				c.fair.add(func(t *fairTrouble) {
+					t.BunchKills++
+					if headSecond {
+						t.HeadSecondKills++
+					}
+				})
+			}
 			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
 			w.start()
 			continue
@@ -530,6 +591,14 @@ func (c *chaos) disturbWorkers(ctx context.Context) {
 		c.pauses.Add(1)
 		if d > c.cfg.Lease {
 			c.longPauses.Add(1)
+		}
+		if front {
+			c.fair.add(func(t *fairTrouble) {
+				t.HeadPauses++
+				if d > c.cfg.Lease {
+					t.LongHeadPauses++
+				}
+			})
 		}
 	}
 }
@@ -607,10 +676,11 @@ func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
 			t.Errorf("a lock item left after the run does not read: %v", err)
 			continue
 		}
-		if info.IsSession && strings.Contains(info.OwnerName, "session") {
-			// A session item of a session client that was killed, paused
-			// or abandoned: never heartbeated again, it expires by its
-			// TTL. Its locks are taken over below.
+		if info.IsSession && (strings.Contains(info.OwnerName, "session") || strings.Contains(info.OwnerName, "fair")) {
+			// A session item of a session client, or of a fair waiter
+			// (its tickets name it), that was killed, paused or
+			// abandoned: never heartbeated again, it expires by its TTL.
+			// Its locks are taken over below.
 			continue
 		}
 		if !slices.Contains(c.keys, info.PartitionKey) || !slices.Contains(c.sortKeys(), info.SortKey) {
@@ -689,6 +759,8 @@ func (w *workerSlot) start() {
 		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
 		"-semaphore-slots", fmt.Sprint(cfg.SemaphoreSlots),
 		fmt.Sprintf("-fair=%v", cfg.Fair),
+		"-fair-timeout", cfg.FairTimeout.String(),
+		"-crowd", fmt.Sprint(cfg.WorkerCrowd),
 		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
 	)
 	w.launchLocked(id, cmd, newEventTail(logPath, tenures))

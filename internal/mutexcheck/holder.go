@@ -133,7 +133,7 @@ func (h *Holder) logParams() {
 		retry = co.HeartbeatPeriod // AcquireLock's default
 	}
 	var flags []string
-	if ao.FairWaiting {
+	if ao.FairWaiting && !h.UseElection { // a campaign does not wait in line
 		flags = append(flags, "fair")
 	}
 	if co.SessionLease {

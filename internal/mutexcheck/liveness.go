@@ -49,7 +49,8 @@ package mutexcheck
 // force (a resize in flight or failed counts its smaller number).
 //
 // A waiter cannot see the key while it is blind: while one of its
-// client's calls on the key (its line, a session item, or any key) is
+// client's calls on the key (its line's counter or tickets, a session
+// item, or any key) is
 // in flight, and, after one that failed, for the retry period and the
 // longest back-off of throttled reads (16 retry periods) and a
 // heartbeat period (a session in danger waits for its next heartbeat);
@@ -58,7 +59,10 @@ package mutexcheck
 // injects faults, and that slack after.
 //
 // For each stretch of the wait during which the key was free, the time
-// the waiter was not blind must not exceed [ProgressBound].
+// the waiter was not blind must not exceed [ProgressBound], or for a
+// fair waiter [FairProgressBound]: the line's bound behind waiters that
+// are dead, gone or garbled, with the longest grace of the run's fair
+// waiters and the longest lease of its clients.
 
 import (
 	"cmp"
@@ -171,17 +175,42 @@ type KindProgress struct {
 //
 // The time a request takes, or fails and is retried, is not in it: the
 // waiter is blind while its calls are in flight, and after a failed one
-// (see the package's progress notes). A fair waiter may in addition wait
-// behind one dead head in line for the head's grace (3 retry periods
-// and a second, doc/waiting.md) and the second's next look (a retry
-// period).
-func ProgressBound(retry, heartbeat time.Duration, fair bool) (time.Duration, string) {
+// (see the package's progress notes). A fair waiter's bound is
+// [FairProgressBound].
+func ProgressBound(retry, heartbeat time.Duration) (time.Duration, string) {
 	b := 2*retry + heartbeat + 3*StallThreshold
 	terms := fmt.Sprintf("2 x retry period %v + heartbeat period %v + 3 x stall threshold %v", retry, heartbeat, StallThreshold)
-	if fair {
-		b += 4*retry + time.Second
-		terms += fmt.Sprintf(" + a dead head's grace (3 x %v + 1s) + a retry period", retry)
-	}
+	return b, terms
+}
+
+// FairGrace is the grace of a fair waiter as ddblock sets it (line.go's
+// fairGrace): the longer of three retry periods and two heartbeat
+// periods of its client, and a second. Those behind a head that leaves
+// a free lock untaken, or a waiter whose session stands still, for its
+// grace skip it.
+func FairGrace(retry, heartbeat time.Duration) time.Duration {
+	return max(3*retry, 2*heartbeat) + time.Second
+}
+
+// LineBound is ddblock's bound on a fair waiter's wait behind dead,
+// gone and garbled waiters, from when the lock stands free (line.go's
+// lineBound): two graces (the watch of the head or of the dead sessions,
+// and, far back, half a grace between inspections and half a grace
+// before the watch starts) and three retry periods of looks. grace is
+// the longest grace of the waiters of the line, retry the waiter's
+// retry period.
+func LineBound(grace, retry time.Duration) time.Duration {
+	return 2*grace + 3*retry
+}
+
+// FairProgressBound is a fair waiter's bound: ProgressBound, plus
+// LineBound for the dead, gone, cancelled and garbled waiters that may
+// stand ahead of it in line however many they are (grace: the longest of
+// the line's waiters).
+func FairProgressBound(retry, heartbeat, grace time.Duration) (time.Duration, string) {
+	b, terms := ProgressBound(retry, heartbeat)
+	b += LineBound(grace, retry)
+	terms += fmt.Sprintf(" + the line's bound behind dead waiters (2 x grace %v + 3 x retry period %v)", grace, retry)
 	return b, terms
 }
 
@@ -244,7 +273,9 @@ type progress struct {
 	deaths   []Event // the troubles that end a client or process
 	maxHeld  int64
 	maxLease time.Duration
-	occ      map[string][]Occupancy // by key
+	// fairGrace is the longest grace of the run's fair waiters.
+	fairGrace time.Duration
+	occ       map[string][]Occupancy // by key
 }
 
 func holderOf(id string) string {
@@ -340,6 +371,9 @@ func (r *Report) checkProgress(events []Event, tenures map[string]*Tenure, resiz
 				g.byClient[ev.Client] = ev
 			}
 			g.maxLease = max(g.maxLease, ev.Lease)
+			if hasFlag(ev, "fair") {
+				g.fairGrace = max(g.fairGrace, FairGrace(ev.Retry, ev.Heartbeat))
+			}
 		case Attempting:
 			started[fmt.Sprint(ev.Tenure, " ", ev.Key, " ", ev.T)] = ev
 		case Attempted:
@@ -550,7 +584,10 @@ func (r *Report) checkProgress(events []Event, tenures map[string]*Tenure, resiz
 			continue
 		}
 		fair := hasFlag(p, "fair")
-		bound, terms := ProgressBound(p.Retry, p.Heartbeat, fair)
+		bound, terms := ProgressBound(p.Retry, p.Heartbeat)
+		if fair {
+			bound, terms = FairProgressBound(p.Retry, p.Heartbeat, max(g.fairGrace, FairGrace(p.Retry, p.Heartbeat)))
+		}
 		covered, around := g.covered(a, r.Limits, resizes)
 		blind := g.blind(a, p)
 		var best ProgressViolation
@@ -742,7 +779,7 @@ func (g *progress) blind(a Event, p Event) []interval {
 		i, _ := slices.BinarySearchFunc(cs, a.T-g.callSpan[p.Client], func(c Event, t int64) int { return cmp.Compare(c.T, t) })
 		for ; i < len(cs) && cs[i].T <= a.End; i++ {
 			c := cs[i]
-			if c.Key != pk && c.Key != "?" && c.Key != "ddblock_line#"+pk && !strings.HasPrefix(c.Key, "ddblock_session#") {
+			if c.Key != pk && c.Key != "?" && c.Key != "ddblock_line#"+pk && !strings.HasPrefix(c.Key, "ddblock_session#") && !isTicketOf(c.Key, pk) {
 				continue
 			}
 			end := c.End
@@ -765,4 +802,19 @@ func (g *progress) blind(a Event, p Event) []interval {
 		}
 	}
 	return merge(iv)
+}
+
+// isTicketOf reports whether item key k is a fair waiter's ticket in the
+// line of partition key pk ("ddblock_wait#" GEN "#" NUMBER "#" pk).
+func isTicketOf(k, pk string) bool {
+	rest, ok := strings.CutPrefix(k, "ddblock_wait#")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, "#") // the generation
+	if !ok {
+		return false
+	}
+	_, lock, ok := strings.Cut(rest, "#") // the number
+	return ok && lock == pk
 }

@@ -17,7 +17,7 @@ const ms = int64(time.Millisecond)
 // lease 600 ms.
 var (
 	retry15, hb100, lease600 = 15 * time.Millisecond, 100 * time.Millisecond, 600 * time.Millisecond
-	bound15, _               = ProgressBound(retry15, hb100, false)
+	bound15, _               = ProgressBound(retry15, hb100)
 )
 
 // held writes a tenure of holder on key, its put sent at from, released
@@ -52,15 +52,23 @@ func progressOf(t *testing.T, write func(l *Log)) Report {
 }
 
 func TestProgressBoundTerms(t *testing.T) {
-	b, terms := ProgressBound(retry15, hb100, false)
+	b, terms := ProgressBound(retry15, hb100)
 	if want := 2*retry15 + hb100 + 3*StallThreshold; b != want {
 		t.Errorf("bound %v, want %v", b, want)
 	}
-	fb, fterms := ProgressBound(retry15, hb100, true)
-	if want := b + 4*retry15 + time.Second; fb != want {
+	grace := FairGrace(retry15, hb100)
+	if grace != max(3*retry15, 2*hb100)+time.Second {
+		t.Errorf("grace %v", grace)
+	}
+	if g := FairGrace(retry15, time.Second); g != 3*time.Second {
+		t.Errorf("grace with a 1 s heartbeat %v; want 3 s", g)
+	}
+	// ddblock's lineBound: 2 x grace + 3 x retry.
+	fb, fterms := FairProgressBound(retry15, hb100, grace)
+	if want := b + 2*grace + 3*retry15; fb != want {
 		t.Errorf("fair bound %v, want %v", fb, want)
 	}
-	if !strings.Contains(terms, "retry period") || !strings.Contains(fterms, "grace") {
+	if !strings.Contains(terms, "retry period") || !strings.Contains(fterms, "grace") || !strings.Contains(fterms, "3 x retry") {
 		t.Errorf("terms %q, %q", terms, fterms)
 	}
 }
@@ -266,14 +274,14 @@ func TestProgressSemaphoreGroup(t *testing.T) {
 
 // A fair waiter's violations are kept apart, against its longer bound.
 func TestProgressFairWaiter(t *testing.T) {
-	fairBound, _ := ProgressBound(retry15, hb100, true)
+	fairBound, _ := FairProgressBound(retry15, hb100, FairGrace(retry15, hb100))
 	for _, tc := range []struct {
 		free int64
 		want int
 	}{{int64(fairBound) - ms, 0}, {int64(fairBound) + ms, 1}} {
 		r := progressOf(t, func(l *Log) {
-			held(l, "a", "k", 0, 3000*ms-tc.free)
-			waited(l, "w-fair", "k", 10*ms, 3000*ms, "fair")
+			held(l, "a", "k", 0, 10000*ms-tc.free)
+			waited(l, "w-fair", "k", 10*ms, 10000*ms, "fair")
 		})
 		if len(r.ProgressViolations) != 0 || len(r.FairProgressViolations) != tc.want {
 			t.Errorf("free %v: violations %v, fair %v", time.Duration(tc.free), r.ProgressViolations, r.FairProgressViolations)
@@ -281,6 +289,44 @@ func TestProgressFairWaiter(t *testing.T) {
 		if p := r.Progress["fair"]; p.Attempts != 1 || p.Timeouts != 1 {
 			t.Errorf("progress of the fair kind: %+v (%v)", p, r.Progress)
 		}
+	}
+}
+
+// A fair waiter's calls on its line's tickets (reading the front,
+// writing and deleting its own) blind it as its calls on the key do; a
+// ticket of another key's line does not.
+func TestProgressFairWaiterBlindOnTickets(t *testing.T) {
+	fairBound, _ := FairProgressBound(retry15, hb100, FairGrace(retry15, hb100))
+	for _, tc := range []struct {
+		ticket string
+		want   int
+	}{{"ddblock_wait#0123456789abcdef#7#k", 0}, {"ddblock_wait#0123456789abcdef#7#kk", 1}, {"ddblock_wait#0123456789abcdef#7#xk", 1}} {
+		r := progressOf(t, func(l *Log) {
+			held(l, "a", "k", 0, 10*ms)
+			l.Params("w-fair", "w-fair", "p-w", 0, lease600, retry15, hb100, "fair", "calls")
+			l.Attempting("w-fair", "k", 20*ms)
+			// A read of a ticket that hung for two seconds.
+			l.Call("w-fair", "GetItem", tc.ticket, "-", 1000*ms, 3000*ms, "ok", "")
+			l.Attempted("w-fair", "k", 20*ms, 20*ms+int64(fairBound)+500*ms, "ACQUIRE_TIMEOUT")
+		})
+		if len(r.FairProgressViolations) != tc.want {
+			t.Errorf("a call on %s in flight: fair violations %v, want %d", tc.ticket, r.FairProgressViolations, tc.want)
+		}
+	}
+}
+
+// The fair bound counts the longest grace of the run's fair waiters: a
+// waiter that retries often may stand behind one that retries seldom.
+func TestProgressFairBoundTakesLongestGrace(t *testing.T) {
+	slow := 200 * time.Millisecond
+	fairBound, _ := FairProgressBound(retry15, hb100, FairGrace(slow, hb100))
+	r := progressOf(t, func(l *Log) {
+		l.Params("slow-fair", "slow-fair", "p-s", 0, lease600, slow, hb100, "fair")
+		held(l, "a", "k", 0, 10000*ms-int64(fairBound)+ms)
+		waited(l, "w-fair", "k", 10*ms, 10000*ms, "fair")
+	})
+	if len(r.FairProgressViolations) != 0 {
+		t.Errorf("free just under the bound with the slow waiter's grace: %v", r.FairProgressViolations)
 	}
 }
 

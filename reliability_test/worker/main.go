@@ -68,6 +68,8 @@ func main() {
 		elections  = flag.Bool("elections", false, "odd clients campaign in elections (Election.Campaign) instead of using WithLock")
 		fair       = flag.Bool("fair", false, "even clients wait fairly (mutexcheck.Fair)")
 		semSlots   = flag.Int("semaphore-slots", 0, "when positive, even clients take the keys as semaphores of this many slots")
+		fairTO     = flag.Duration("fair-timeout", 0, "when positive, the deadline (and RetryTimeout) of a fair waiter's acquire, instead of -acquire-timeout")
+		crowd      = flag.Int("crowd", 0, "this many more clients, each waiting fairly for the first key's lock only: a kill of the process takes several fair waiters of one line at once")
 		counters   = flag.String("counter-table", "", "run the lost-update workload on the counter items of this table")
 		guarded    = flag.Bool("guarded", false, "with -counter-table: write the counters with guarded writes")
 		incMin     = flag.Int("inc-min", 1, "with -counter-table: fewest increments of one tenure")
@@ -102,10 +104,10 @@ func main() {
 		}
 	}
 	flavours := mutexcheck.Flavours(*skew)
-	if err := run(*endpoint, *table, *keys, *clients, *id, *logPath, *heartbeat, *safe, *lease,
+	if err := run(*endpoint, *table, *keys, *clients, *crowd, *id, *logPath, *heartbeat, *safe, *lease, *fairTO,
 		hold, counter, *attempts, *seed, func(i int) mutexcheck.Flavour {
 			fl := flavours[(*flavour+i)%len(flavours)]
-			if *fair && i%2 == 0 {
+			if (*fair && i%2 == 0) || i >= *clients {
 				fl = mutexcheck.Fair(fl)
 			}
 			return fl
@@ -117,8 +119,10 @@ func main() {
 
 // run starts the clients, each with a copy of the holder settings in
 // hold (or, when counter is not nil, of the incrementer settings in
-// counter), and runs them until told to stop.
-func run(endpoint, table, keys string, clients int, id, logPath string, heartbeat, safe, lease time.Duration,
+// counter), and crowd more fair waiters for the first key's lock, and
+// runs them until told to stop. A fair waiter's acquire has fairTimeout
+// as its deadline and RetryTimeout, when it is positive.
+func run(endpoint, table, keys string, clients, crowd int, id, logPath string, heartbeat, safe, lease, fairTimeout time.Duration,
 	hold mutexcheck.Holder, counter *mutexcheck.Incrementer, attempts int, seed uint64, flavour func(int) mutexcheck.Flavour) error {
 	if endpoint == "" || table == "" || keys == "" || logPath == "" || clients <= 0 {
 		return fmt.Errorf("-endpoint, -table, -keys, -log and a positive -clients are required")
@@ -152,9 +156,16 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 		runErrs []error
 		all     []*ddblock.Client
 	)
-	for i := range clients {
+	if counter != nil {
+		crowd = 0
+	}
+	for i := range clients + crowd {
 		fl := flavour(i)
 		name := fmt.Sprintf("%s/c%d-%s", id, i, fl.Name)
+		inCrowd := i >= clients
+		if inCrowd {
+			name = fmt.Sprintf("%s/k%d-crowd-%s", id, i, fl.Name)
+		}
 		// Every call of the lock client on record, for the progress
 		// check (the counters' calls go straight to ddb).
 		api := &mutexcheck.Recorder{API: ddb, Client: name, Log: events}
@@ -193,23 +204,31 @@ func run(endpoint, table, keys string, clients int, id, logPath string, heartbea
 			})
 			continue
 		}
+		acquireTimeout, acquireOpts := hold.AcquireTimeout, append(slices.Clone(hold.AcquireOptions), fl.Acquire...)
+		if strings.HasSuffix(fl.Name, "-fair") && fairTimeout > 0 {
+			acquireTimeout = fairTimeout
+			acquireOpts = append(acquireOpts, ddblock.WithRetryTimeout(fairTimeout))
+		}
 		h := &mutexcheck.Holder{
 			ID: name, Client: c, Keys: strings.Split(keys, ","), Log: events,
 			HoldMin: hold.HoldMin, HoldMax: hold.HoldMax,
 			LongShare: hold.LongShare, LongMin: hold.LongMin, LongMax: hold.LongMax,
-			StepEvery: hold.StepEvery, AcquireTimeout: hold.AcquireTimeout,
-			AcquireOptions: append(slices.Clone(hold.AcquireOptions), fl.Acquire...),
-			UseWithLock:    i%2 == 1 && !hold.UseElection,
-			UseElection:    i%2 == 1 && hold.UseElection,
-			UseSemaphore:   i%2 == 0 && hold.Slots > 0,
+			StepEvery: hold.StepEvery, AcquireTimeout: acquireTimeout,
+			AcquireOptions: acquireOpts,
+			UseWithLock:    i%2 == 1 && !hold.UseElection && !inCrowd,
+			UseElection:    i%2 == 1 && hold.UseElection && !inCrowd,
+			UseSemaphore:   i%2 == 0 && hold.Slots > 0 && !inCrowd,
 			Slots:          hold.Slots,
 			TrustContext:   hold.TrustContext,
 			Seed:           seed*1000 + uint64(i),
 			Proc:           id,
 			CallsRecorded:  true,
 		}
+		if inCrowd {
+			h.Keys = h.Keys[:1]
+		}
 		holders := []*mutexcheck.Holder{h}
-		if strings.HasPrefix(fl.Name, "session") {
+		if strings.HasPrefix(fl.Name, "session") && !inCrowd {
 			// A second holder on the same client: a session client
 			// killed here leaves several locks on one session, which
 			// waiters take over together (and each holder meets the

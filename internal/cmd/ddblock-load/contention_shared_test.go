@@ -24,3 +24,28 @@ func TestContentionSharedClient(t *testing.T) {
 		t.Errorf("overlaps %d, acquire errors %d, release errors %d; want none", j.Overlaps, j.AcquireErrors, j.ReleaseErrors)
 	}
 }
+
+// A key's line counts with the key: its counter, its tickets, and the
+// session item of a contender's own client; a shared client's session
+// apart.
+func TestCountingDDBKeyOf(t *testing.T) {
+	own := newCountingDDB(nil, "contention-0")
+	shared := newCountingDDB(nil, "")
+	for _, tc := range []struct {
+		w        *countingDDB
+		pk, want string
+	}{
+		{own, "contention-0", "contention-0"},
+		{own, "ddblock_line#contention-0", "contention-0"},
+		{own, "ddblock_wait#0123456789abcdef#17#contention-0", "contention-0"},
+		{own, "ddblock_wait#0123456789abcdef#17#a#b", "a#b"},
+		{own, "ddblock_session#xyz", "contention-0"},
+		{shared, "ddblock_session#xyz", "ddblock_session#xyz"},
+		{shared, "ddblock_wait#0123456789abcdef#3#contention-1", "contention-1"},
+		{own, "ddblock_wait#garbled", "ddblock_wait#garbled"},
+	} {
+		if got := tc.w.keyOf(tc.pk); got != tc.want {
+			t.Errorf("keyOf(%q) with own %q = %q, want %q", tc.pk, tc.w.own, got, tc.want)
+		}
+	}
+}

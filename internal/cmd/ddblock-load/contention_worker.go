@@ -152,7 +152,11 @@ func newContenders(cfg *workerConfig) ([]*contender, error) {
 	_, shared := mode.(interface{ sharedClient() bool })
 	var cs []*contender
 	for _, wc := range cfg.Contenders {
-		wire := newCountingDDB(testserver.ChildClient(cfg.Endpoint, 0))
+		own := wc.Key
+		if shared {
+			own = "" // one client's session serves every contender of the process
+		}
+		wire := newCountingDDB(testserver.ChildClient(cfg.Endpoint, 0), own)
 		if shared && len(cs) > 0 {
 			// One client for the process: the first contender's wire
 			// counts every call of it, the others' stay at zero.
@@ -263,16 +267,21 @@ func (c *contender) release(l *ddblock.Lock, r *contenderReport, noteErr func(er
 }
 
 // countingDDB counts the DynamoDB calls a contender's client sends, per
-// partition key, when they are sent inside the window [start, end).
+// lock key, when they are sent inside the window [start, end): the calls
+// on a key's line of fair waiters (its counter and its tickets) count
+// with the key, and those on the client's session item with own, the key
+// of the contender whose client it is (its session serves only its
+// waits), or apart when own is empty (a client shared by contenders).
 type countingDDB struct {
 	ddblock.DynamoDBAPI
+	own        string
 	start, end atomic.Int64
 	mu         sync.Mutex
 	counts     map[string]wireCounts
 }
 
-func newCountingDDB(ddb ddblock.DynamoDBAPI) *countingDDB {
-	w := &countingDDB{DynamoDBAPI: ddb, counts: map[string]wireCounts{}}
+func newCountingDDB(ddb ddblock.DynamoDBAPI, own string) *countingDDB {
+	w := &countingDDB{DynamoDBAPI: ddb, own: own, counts: map[string]wireCounts{}}
 	w.start.Store(1<<63 - 1) // nothing counts before the window is set
 	return w
 }
@@ -290,15 +299,37 @@ func (w *countingDDB) count(key map[string]types.AttributeValue, add func(*wireC
 	}
 	pk := ""
 	if v, ok := key[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS); ok {
-		// A key's line of fair waiters (--wait-mode fair) is counted
-		// with the key: its calls are part of waiting for it.
-		pk = strings.TrimPrefix(v.Value, "ddblock_line#")
+		pk = w.keyOf(v.Value)
 	}
 	w.mu.Lock()
 	c := w.counts[pk]
 	add(&c)
 	w.counts[pk] = c
 	w.mu.Unlock()
+}
+
+// keyOf is the lock key an item's partition key counts with. A key's
+// line of fair waiters (--wait-mode fair) is counted with the key, its
+// counter ("ddblock_line#" KEY) and its tickets ("ddblock_wait#" GEN "#"
+// NUMBER "#" KEY) alike: their calls are part of waiting for it; so is
+// the session item ("ddblock_session#...") its tickets name, when the
+// client is the contender's own.
+func (w *countingDDB) keyOf(pk string) string {
+	if k, ok := strings.CutPrefix(pk, "ddblock_line#"); ok {
+		return k
+	}
+	if rest, ok := strings.CutPrefix(pk, "ddblock_wait#"); ok {
+		if _, rest, ok := strings.Cut(rest, "#"); ok { // the generation
+			if _, k, ok := strings.Cut(rest, "#"); ok { // the number
+				return k
+			}
+		}
+		return pk
+	}
+	if strings.HasPrefix(pk, sessionKeyPrefix) && w.own != "" {
+		return w.own
+	}
+	return pk
 }
 
 func (w *countingDDB) snapshot() map[string]wireCounts {
