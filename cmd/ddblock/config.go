@@ -40,6 +40,10 @@ type connFlags struct {
 	debug  bool
 	stderr io.Writer
 	f      *cmdFlags
+	// sdk is the SDK client under the last client made: get and release
+	// read a line's counter and tickets with it as they are stored, which
+	// the library shows only in part (lines.go).
+	sdk *dynamodb.Client
 }
 
 func (c *connFlags) register(f *cmdFlags) {
@@ -216,6 +220,7 @@ func (c *connFlags) client(ctx context.Context, log *slog.Logger, opts ...ddbloc
 	if err != nil {
 		return nil, libError(err, c.table)
 	}
+	c.sdk = ddb
 	return client, nil
 }
 

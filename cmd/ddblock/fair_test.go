@@ -36,12 +36,12 @@ func TestRunFairWaitsInLine(t *testing.T) {
 	}
 	var row []string
 	for _, line := range strings.Split(r.stdout, "\n") {
-		if c := cells(line); len(c) == 5 && c[0] == "job" {
+		if c := cells(line); len(c) == 6 && c[0] == "job" {
 			row = c
 		}
 	}
-	if row == nil || row[1] != "-" || row[2] != "3" || row[3] != "owner-A" {
-		t.Errorf("ls line row %q; want job, -, 3 waiting, owner-A first:\n%v", row, r)
+	if row == nil || row[1] != "-" || row[2] != "3" || row[3] != "owner-A" || row[5] != "held by holder" {
+		t.Errorf("ls line row %q; want job, -, 3 waiting, owner-A first, held by holder:\n%v", row, r)
 	}
 	if err := held.Release(context.Background()); err != nil {
 		t.Fatal(err)

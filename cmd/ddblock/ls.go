@@ -63,9 +63,17 @@ lock as locks are listed).
 
 Fair waiters (ddblock run --fair, WithFairWaiting) wait in a line per key,
 an item of its own (partition key ddblock_line#KEY) that is not listed as
-a lock. Below the locks, ls shows each line: the key (for a semaphore, its
-name and sort key "slots"), how many wait in it, and who is first and
-since when. With --json, a lock with a line has "waiting" (how many).`
+a lock. Below the locks, ls shows each line where someone waits, a free
+lock's and a semaphore's too: the key (for a semaphore, its name and sort
+key "slots"), how many wait in it, who is first and since when, and the
+LOCK: held by whom, free, or how many of a semaphore's slots are held. A
+line that stands still while its lock is free is stuck behind waiters that
+died: ddblock get ddblock_line#KEY shows it, ddblock release --force
+ddblock_line#KEY clears it. With --json, a lock or semaphore with a line
+has "waiting" (how many), and each line is an object of its own after the
+locks and semaphores: "key" and "sort_key" of its counter item, and a
+"line" object (key, sort_key, semaphore, free, waiting, first, and
+waiters: id, owner, since, grace_seconds).`
 
 func cmdLs(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -152,15 +160,29 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			holders[i] = holderByStamp(l, now)
 		}
 	}
-	// The lines of fair waiters.
+	// The lines of fair waiters: a held lock's, a free lock's and a
+	// semaphore's alike.
 	var lines []*ddblock.LineInfo
 	for line, err := range client.ListLines(ctx) {
+		if errors.Is(err, ddblock.ErrInvalidItem) {
+			// One garbled line must not hide the others, nor the locks.
+			fmt.Fprintf(env.stderr, "ddblock ls: skipped a line of fair waiters that is not valid: %s\n", oneLine(err.Error()))
+			continue
+		}
 		if err != nil {
 			return libError(err, conn.table)
 		}
-		if len(line.Tickets) > 0 && (!f.isSet("key") || line.PartitionKey == key) {
-			lines = append(lines, line)
+		if len(line.Tickets) == 0 {
+			continue
 		}
+		if f.isSet("key") && line.PartitionKey != key {
+			// With --key NAME, a semaphore NAME's line is listed too,
+			// whose key on a partition-key-only table is NAME#slots.
+			if name, ok := client.SemaphoreNameOf(line.PartitionKey, line.SortKey); !ok || name != key {
+				continue
+			}
+		}
+		lines = append(lines, line)
 	}
 	slices.SortFunc(lines, func(a, b *ddblock.LineInfo) int {
 		return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
@@ -180,12 +202,14 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	if f.isSet("key") {
 		only = key
 	}
+	allLocks := locks
 	locks, holders, sems, err := groupSemaphores(ctx, client, &conn, only, locks, holders, env.stderr)
 	if err != nil {
 		return err
 	}
+	entries := lineEntries(client, lines, allLocks, sems)
 	if asJSON {
-		out := make([]any, 0, len(locks)+len(sems))
+		out := make([]any, 0, len(locks)+len(sems)+len(entries))
 		for i, l := range locks {
 			j := toJSON(l, holders[i])
 			j.Waiting = waiting[[2]string{l.PartitionKey, l.SortKey}]
@@ -195,19 +219,24 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			out = append(out, j)
 		}
 		for _, s := range sems {
-			out = append(out, s.json(conn.pkOnly))
+			j := s.json(conn.pkOnly)
+			j.Semaphore.Waiting = waiting[[2]string{j.Key, j.SortKey}]
+			out = append(out, j)
+		}
+		for _, e := range entries {
+			out = append(out, e.json())
 		}
 		return writeJSON(env.stdout, out)
 	}
 	if len(locks) == 0 && len(sems) == 0 {
 		fmt.Fprintf(env.stdout, "no locks in table %q\n", conn.table)
-		return writeLines(env.stdout, lines, conn.pkOnly)
+		return writeLines(env.stdout, entries, conn.pkOnly)
 	}
 	if len(locks) == 0 {
 		if err := printSemaphores(env.stdout, sems); err != nil {
 			return err
 		}
-		return writeLines(env.stdout, lines, conn.pkOnly)
+		return writeLines(env.stdout, entries, conn.pkOnly)
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if conn.pkOnly {
@@ -233,36 +262,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	if err := printSemaphores(env.stdout, sems); err != nil {
 		return err
 	}
-	return writeLines(env.stdout, lines, conn.pkOnly)
-}
-
-// writeLines prints the lines of fair waiters, after a blank line; nothing
-// when there are none.
-func writeLines(w io.Writer, lines []*ddblock.LineInfo, pkOnly bool) error {
-	if len(lines) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if pkOnly {
-		fmt.Fprintln(tw, "WAITING IN LINE FOR\tWAITING\tFIRST IN LINE\tSINCE")
-	} else {
-		fmt.Fprintln(tw, "WAITING IN LINE FOR\tSORT KEY\tWAITING\tFIRST IN LINE\tSINCE")
-	}
-	now := time.Now()
-	for _, line := range lines {
-		sk := cell(line.SortKey) + "\t"
-		if pkOnly {
-			sk = ""
-		}
-		first := line.Tickets[0]
-		since := "-"
-		if !first.Since.IsZero() {
-			since = now.Sub(first.Since).Round(time.Second).String() + " ago"
-		}
-		fmt.Fprintf(tw, "%s\t%s%d\t%s\t%s\n", cell(line.PartitionKey), sk, len(line.Tickets), cell(first.OwnerName), since)
-	}
-	return tw.Flush()
+	return writeLines(env.stdout, entries, conn.pkOnly)
 }
 
 const getAbout = `
@@ -274,7 +274,14 @@ the session's, the holder is judged by the session item (presumed dead
 when it is gone), and the session's key and item follow. Exits 1 when
 there is no such lock. Given a semaphore's metadata item (sort key
 "slots", or KEY NAME#slots with --partition-key-only), it says so and
-shows the semaphore: its number of slots and its held slots.`
+shows the semaphore: its number of slots and its held slots. When fair
+waiters wait in the lock's line, a "waiting in line" line says how many.
+
+Given a line of fair waiters, KEY ddblock_line#LOCK (with LOCK's sort
+key), it shows the line of LOCK: its waiters in order, the first next to
+try, and whether LOCK is held (exit 1 when nobody waits in it). Given a
+ticket, KEY ddblock_wait#..., it shows that waiter and where it stands in
+its line.`
 
 func cmdGet(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -301,16 +308,28 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 		return err
 	}
 	defer closeClient(client)
+	if lockPK, ok := strings.CutPrefix(pos[0], lineKeyPrefix); ok {
+		return getLine(ctx, env, client, &conn, lockPK, sortKey, asJSON)
+	}
+	if _, _, _, ok := parseTicketKey(pos[0]); ok {
+		return getTicket(ctx, env, client, &conn, pos[0], sortKey, asJSON)
+	}
 	info, err := client.GetLock(ctx, pos[0], sortKey)
 	if name, ok := semaphoreMetaName(client, err, pos[0], sortKey); ok {
 		return getSemaphore(ctx, env, client, &conn, name, asJSON)
 	}
 	if err != nil {
-		return libError(err, conn.table)
+		return notFoundWithLine(ctx, client, &conn, err, pos[0], sortKey)
 	}
 	holder := holderByStamp(info, time.Now())
+	waiting, nWaiting := "", 0
+	if !info.IsSession {
+		waiting, nWaiting = waitingText(ctx, client, &conn, info.PartitionKey, info.SortKey)
+	}
 	if asJSON {
-		return writeJSON(env.stdout, toJSON(info, holder))
+		j := toJSON(info, holder)
+		j.Waiting = nWaiting
+		return writeJSON(env.stdout, j)
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "key\t%s\n", cell(info.PartitionKey))
@@ -342,6 +361,9 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(info.AdditionalAttributes)) {
 		fmt.Fprintf(tw, "attribute %s\t%s\n", cell(name), attrText(info.AdditionalAttributes[name]))
+	}
+	if waiting != "" {
+		fmt.Fprintf(tw, "waiting in line\t%s\n", waiting)
 	}
 	return tw.Flush()
 }

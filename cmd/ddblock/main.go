@@ -22,7 +22,8 @@ import (
 // convention puts them and where commands rarely tread.
 const (
 	exitOK = 0
-	// exitNotFound: get or release named a lock that is not in the table.
+	// exitNotFound: get or release named a lock (or a line of fair
+	// waiters, or a ticket in one) that is not in the table.
 	exitNotFound = 1
 	// exitUsage: bad flags or arguments, or settings that cannot work
 	// together (EX_USAGE).
@@ -196,8 +197,8 @@ AWS settings come from the SDK's default chain (AWS_REGION, AWS_PROFILE,
 ~/.aws/config and credentials, instance roles...); --endpoint or
 AWS_ENDPOINT_URL_DYNAMODB point at a local server.
 
-Exit statuses: 0 success; 1 no such lock; 64 usage (bad flags or
-arguments); 69 DynamoDB unavailable (table missing, server unreachable);
+Exit statuses: 0 success; 1 no such lock (or line); 64 usage (bad flags
+or arguments); 69 DynamoDB unavailable (table missing, server unreachable);
 70 internal error; 73 create-table: the table exists already; 75 lock busy
 (not acquired within --wait, or changed before release could remove it,
 or attached to a live session: see release --help; or resize's holders

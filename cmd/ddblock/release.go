@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ddblock/ddblock"
 )
@@ -29,6 +30,13 @@ A session item itself (KEY ddblock_session#..., as ls lists it) can be
 removed the same way: every lock attached to it is then lost by its
 holder at its next heartbeat, and taken over by waiters once they have
 seen the session item gone for the session's lease.
+
+A line of fair waiters (KEY ddblock_line#LOCK, with LOCK's sort key; see
+ddblock ls) is cleared the same way: its counter and every waiter's
+ticket are removed. Waiters that are alive come again into a new line, in
+the order they come back; those that died are gone from it. A ticket
+alone (KEY ddblock_wait#...) is not removed: release says which line to
+clear instead (exit 64).
 
 --force is required: without it nothing is read or removed.`
 
@@ -63,7 +71,18 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 	if sortKey, err = conn.lockKey(key, sortKey); err != nil {
 		return err
 	}
-	if !force {
+	lockPK, isLine := strings.CutPrefix(key, lineKeyPrefix)
+	_, _, ticketLock, isTicket := parseTicketKey(key)
+	if isLine || isTicket {
+		if rvn != "" || withSession {
+			return usageError("--rvn and --with-session apply to a lock; %s is part of a line of fair waiters, not a lock", lockName(key, sortKey))
+		}
+	}
+	if !force && isLine {
+		return usageError("refusing to clear the line of fair waiters %s without --force (its waiters are removed from it, whoever they are; see ddblock get %s)",
+			lockName(key, sortKey), keyArgs(&conn, key, sortKey))
+	}
+	if !force && !isTicket {
 		return usageError("refusing to remove lock %s without --force (it is removed whoever holds it; see ddblock get %s)", lockName(key, sortKey), key)
 	}
 	client, err := conn.client(ctx, logger(env.stderr))
@@ -71,13 +90,19 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 		return err
 	}
 	defer closeClient(client)
+	if isTicket {
+		return refuseTicketRelease(client, &conn, key, ticketLock, sortKey)
+	}
+	if isLine {
+		return releaseLine(ctx, env, client, &conn, lockPK, sortKey)
+	}
 
 	info, err := client.GetLock(ctx, key, sortKey)
 	if name, ok := semaphoreMetaName(client, err, key, sortKey); ok {
 		return refuseSemaphoreRelease(ctx, env, client, &conn, name)
 	}
 	if err != nil {
-		return libError(err, conn.table)
+		return notFoundWithLine(ctx, client, &conn, err, key, sortKey)
 	}
 	if info.IsSession {
 		fmt.Fprintf(env.stdout, "%s is the session item of %s (lease %v, record version number %s)\n",

@@ -44,7 +44,10 @@ lock goes to the one that came first. Waiters that do not wait in line
 (runs without --fair, Python clients) may still take it ahead of the line;
 two holders at once are never possible. A waiter killed or paused while
 first in line loses its place after a few retry periods. 'ddblock ls'
-shows how many wait in line. See doc/waiting.md.
+shows how many wait in line. With --wait 0 the run tries once without
+reading the line, like a run without --fair: a try does not wait, so it
+takes no place in line, and takes a free lock whoever waits in line. See
+doc/waiting.md.
 
 With --session, the lock (or slot) is attached to a session item of its
 own (partition key ddblock_session#<random>): the lock item is written
@@ -385,9 +388,19 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	name := r.name()
 	var lock *ddblock.Lock
 	var err error
-	if waiting, lerr := r.inLine(ctx); lerr == nil && waiting > 0 {
+	waiting := 0
+	if r.wait > 0 {
+		// With --wait 0 the line is not read: the one try below waits
+		// for nothing, so it takes no place in line, as the library's
+		// TryAcquireLock; tickets of waiters that died cannot refuse
+		// it a free lock.
+		if n, lerr := r.inLine(ctx); lerr == nil {
+			waiting = n
+		}
+	}
+	if waiting > 0 {
 		// Others wait in line: a first try would only take a place and
-		// give it up again.
+		// give it up again, or take the lock ahead of them.
 		err = &ddblock.Error{Code: ddblock.CodeAcquireTimeout, Message: fmt.Sprintf("%d wait in line", waiting)}
 	} else {
 		// Nobody waits in line: one plain try, out of line. A fair try

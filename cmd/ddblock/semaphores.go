@@ -44,6 +44,9 @@ type semaphoreDetailJSON struct {
 	Resizes int            `json:"resizes"`
 	Held    int            `json:"held"`
 	Holders []slotLockJSON `json:"holders"`
+	// Waiting is how many fair waiters wait in the semaphore's line;
+	// absent when none does.
+	Waiting int `json:"waiting,omitempty"`
 }
 
 // slotLockJSON is a held slot: its index, and its lock as ls lists locks.
@@ -200,8 +203,11 @@ func getSemaphore(ctx context.Context, env *environ, client *ddblock.Client, con
 		e.locks = append(e.locks, l)
 		e.holders = append(e.holders, holderByStamp(l, now))
 	}
+	j := e.json(conn.pkOnly)
+	waiting, nWaiting := waitingText(ctx, client, conn, j.Key, j.SortKey)
 	if asJSON {
-		return writeJSON(env.stdout, e.json(conn.pkOnly))
+		j.Semaphore.Waiting = nWaiting
+		return writeJSON(env.stdout, j)
 	}
 	fmt.Fprintf(env.stdout, "this is the metadata item of semaphore %s (%d slots), not a lock: it holds the number of slots\n",
 		cell(name), info.Slots)
@@ -217,6 +223,9 @@ func getSemaphore(ctx context.Context, env *environ, client *ddblock.Client, con
 		}
 		fmt.Fprintf(tw, "slot %d\t%s, holder %s, record version number %s%s\n", e.slots[i], ownerText(l), e.holders[i].text(),
 			l.RecordVersionNumber, above)
+	}
+	if waiting != "" {
+		fmt.Fprintf(tw, "waiting in line\t%s\n", waiting)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
