@@ -469,7 +469,7 @@ func (s *session) retire() {
 	s.mu.Unlock()
 	s.c.heartbeats.remove(&s.sched)
 	s.deleteItem(s.c.sendCtx)
-	s.c.log.Info("ddblock: session ended: no fair waiter uses it", "session", s.pk)
+	s.c.log.Debug("ddblock: session ended: no fair waiter uses it", "session", s.pk)
 }
 
 // close ends the session at the client's Close, once no lock is left on
