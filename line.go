@@ -536,16 +536,21 @@ func (l *line) read(ctx context.Context) (lineState, bool, error) {
 // resetGarbled deletes a counter item that is not a line ddblock could
 // have written, on the condition that it still is not; the next take
 // creates a line afresh.
-func (l *line) resetGarbled(ctx context.Context) {
+//
+// It reports false when the delete failed otherwise than on its
+// condition (then what was refused was not garbage, such as a table of
+// other keys).
+func (l *line) resetGarbled(ctx context.Context) bool {
 	c := l.c
 	_, err := c.ddb.DeleteItem(ctx, c.wire().LineDeleteGarbled(l.pk, l.sk), c.callOpts("DeleteItem")...)
 	if err != nil && !wire.ConditionFailed(err) {
 		c.log.Warn("ddblock: could not delete an unreadable line of fair waiters", "line", l.pk, "err", err)
-		return
+		return false
 	}
 	if err == nil {
 		c.log.Warn("ddblock: deleted an unreadable line of fair waiters (not written by ddblock); its waiters come again", "line", l.pk)
 	}
+	return true
 }
 
 // seen records in the room what a read of the counter showed, and wakes
@@ -619,31 +624,28 @@ func (l *line) take(ctx context.Context) error {
 	sent := c.clock.Monotonic()
 	gen := hex.EncodeToString(newUUID4()[:8])
 	in := c.wire().LineTake(l.pk, l.sk, gen, c.clock.Now().Add(lineTTL))
-	out, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
-	if isValidation(err) {
-		// Another writer's garbage at the counter's key: clear it, and
-		// take a number of a fresh line.
-		l.resetGarbled(ctx)
-		out, err = c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
-	}
-	if err != nil {
-		return err
-	}
-	st, _, err := c.decodeLineState(out.Attributes)
-	for tries := 0; err != nil; tries++ {
+	// Another writer's garbage at the counter's key (attributes of the
+	// wrong types, which the update refuses, or counters out of range):
+	// clear it, and take a number of a fresh line. Garbage written again
+	// and again (a writer at it still) costs this attempt its number,
+	// never the acquire: the next attempt comes a period later.
+	var st lineState
+	for tries := 0; ; tries++ {
 		if tries == 3 {
-			// Garbled again and again (a writer at it still): no
-			// number this attempt; the next comes a period later.
 			return errLineGarbled
 		}
-		// Sane types, insane counters (or no generation): reset, and
-		// take a number of a fresh line.
-		l.resetGarbled(ctx)
-		l.resetInsane(ctx, out.Attributes)
-		if out, err = c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...); err != nil {
+		out, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
+		if isValidation(err) && l.resetGarbled(ctx) {
+			continue
+		}
+		if err != nil {
 			return err
 		}
-		st, _, err = c.decodeLineState(out.Attributes)
+		if st, _, err = c.decodeLineState(out.Attributes); err == nil {
+			break
+		}
+		l.resetGarbled(ctx)
+		l.resetInsane(ctx, out.Attributes)
 	}
 	ls := c.lines
 	ls.mu.Lock()

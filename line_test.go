@@ -632,3 +632,22 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 		t.Errorf("the semaphore's line: %+v, %v; want pool#slots, empty", line, err)
 	}
 }
+
+// A fair acquire on a table of other keys is TABLE_MISMATCH at once, as
+// any acquire's: the line's take is refused for the keys, not for garbage
+// in the line, and no reset of the line hides it.
+func TestFairWaitingOnATableOfOtherKeys(t *testing.T) {
+	srv := ddbtest.Shared(t)
+	ddb := srv.Client(0)
+	ctx := context.Background()
+	name := pkOnlyTable(t, ddb) // keyed by "id" alone
+	c, err := ddblock.New(ddb, ddblock.WithTableName(name), ddblock.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx, true) })
+	_, err = c.AcquireLock(ctx, "k", ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(fairRetry), ddblock.WithRetryTimeout(time.Minute))
+	if ddblock.CodeOf(err) != ddblock.CodeTableMismatch {
+		t.Fatalf("fair AcquireLock on a table of other keys: %v; want TABLE_MISMATCH", err)
+	}
+}
