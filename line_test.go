@@ -86,13 +86,18 @@ func (w *fairWaiter) finished() bool {
 }
 
 // stepWhile advances the fake clock from timer to timer while busy()
-// holds, waiting first for `sleepers()` timers to be pending, within
-// limit of fake time.
+// holds, waiting first for `sleepers()` timers to be pending and for
+// the calls of the tracked clients to have answered, within limit of
+// fake time. A call in flight may be a session's heartbeat, whose timer
+// is re-armed at once: fake time must not run past it, or the waiters
+// behind would see the session stand still and skip its tickets.
 func stepWhile(t *testing.T, clk *clock.Fake, sleepers func() int, busy func() bool, limit time.Duration) {
 	t.Helper()
 	start := clk.Monotonic()
 	for busy() {
-		waitFor(t, "the waiters to sleep", func() bool { return !busy() || clk.Timers() >= sleepers() })
+		waitFor(t, "the waiters to sleep", func() bool {
+			return !busy() || (clk.Timers() >= sleepers() && trackedInFlight.Load() == 0)
+		})
 		if !busy() {
 			return
 		}
@@ -127,7 +132,7 @@ func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 	const n = 4
 	var clients []*ddblock.Client
 	for i := range n {
-		clients = append(clients, e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...))
+		clients = append(clients, e.clientOn(tracked(e.ddb), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...))
 	}
 	waitForSleepers(t, clk, n) // every client's monitor
 	var waiters []*fairWaiter
@@ -202,6 +207,38 @@ func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 	}
 }
 
+// trackedInFlight counts the calls in flight of the clients made on
+// tracked(...): stepWhile moves fake time only when none is.
+var trackedInFlight atomic.Int64
+
+type trackedDDB struct{ ddblock.DynamoDBAPI }
+
+func tracked(d ddblock.DynamoDBAPI) ddblock.DynamoDBAPI { return trackedDDB{d} }
+
+func (d trackedDDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	trackedInFlight.Add(1)
+	defer trackedInFlight.Add(-1)
+	return d.DynamoDBAPI.GetItem(ctx, in, o...)
+}
+
+func (d trackedDDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	trackedInFlight.Add(1)
+	defer trackedInFlight.Add(-1)
+	return d.DynamoDBAPI.PutItem(ctx, in, o...)
+}
+
+func (d trackedDDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	trackedInFlight.Add(1)
+	defer trackedInFlight.Add(-1)
+	return d.DynamoDBAPI.UpdateItem(ctx, in, o...)
+}
+
+func (d trackedDDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	trackedInFlight.Add(1)
+	defer trackedInFlight.Add(-1)
+	return d.DynamoDBAPI.DeleteItem(ctx, in, o...)
+}
+
 // dying is a DynamoDB client that can be killed: every call then fails,
 // as a killed process's would never come.
 type dying struct {
@@ -249,9 +286,9 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	holder, held := holdK(t, e)
 	clk := fakeClock()
 	dd := &dying{DynamoDBAPI: e.ddb}
-	doomed := e.clientOn(dd, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("doomed"))...)
+	doomed := e.clientOn(tracked(dd), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("doomed"))...)
 	puts := &putClock{DynamoDBAPI: e.ddb, clk: clk}
-	alive := e.clientOn(puts, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("alive"))...)
+	alive := e.clientOn(tracked(puts), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("alive"))...)
 	waitForSleepers(t, clk, 2)
 	d := startFair(doomed, "doomed", "k")
 	waitForSleepers(t, clk, 4) // its retry, its session's heartbeats
@@ -403,7 +440,7 @@ func TestFairWaitWritesAreBounded(t *testing.T) {
 	for i := range n {
 		cc := &lineCounting{DynamoDBAPI: e.ddb}
 		counts = append(counts, cc)
-		c := e.clientOn(cc, append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
+		c := e.clientOn(tracked(cc), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
 		waitForSleepers(t, clk, 3*i+1)
 		waiters = append(waiters, startFair(c, fmt.Sprintf("w%d", i), "k"))
 		waitForSleepers(t, clk, 3*i+3) // its monitor, its retry, its session's heartbeats
@@ -412,6 +449,7 @@ func TestFairWaitWritesAreBounded(t *testing.T) {
 	start := clk.Monotonic()
 	for clk.Monotonic()-start < 20*fairRetry {
 		waitForSleepers(t, clk, 3*n)
+		waitFor(t, "the calls in flight to answer", func() bool { return trackedInFlight.Load() == 0 })
 		clk.AdvanceToNext()
 	}
 	for i, cc := range counts {
@@ -501,7 +539,7 @@ func TestFairSemaphoreWaitersInArrivalOrder(t *testing.T) {
 	const n = 3
 	var waiters []*fairWaiter
 	for i := range n {
-		c := e.client(append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
+		c := e.clientOn(tracked(e.ddb), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
 		s := semaphoreOf(t, c, "pool", 2)
 		waitForSleepers(t, clk, 2*i+1)
 		w := &fairWaiter{name: fmt.Sprintf("w%d", i), done: make(chan struct{})}
@@ -583,7 +621,7 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 	ddb := srv.Client(0)
 	ctx := context.Background()
 	name := pkOnlyTable(t, ddb)
-	newClient := func(owner string, opts ...ddblock.Option) *ddblock.Client {
+	newClientOn := func(ddb ddblock.DynamoDBAPI, owner string, opts ...ddblock.Option) *ddblock.Client {
 		c, err := ddblock.New(ddb, append([]ddblock.Option{ddblock.WithTableName(name), ddblock.WithPartitionKeyName("id"), ddblock.WithPartitionKeyOnly(),
 			ddblock.WithLogger(quiet), ddblock.WithOwnerName(owner)}, opts...)...)
 		if err != nil {
@@ -592,13 +630,13 @@ func TestFairWaitingPartitionKeyOnly(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close(ctx, true) })
 		return c
 	}
-	holder := newClient("holder")
+	holder := newClientOn(ddb, "holder")
 	held, err := holder.AcquireLock(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := fakeClock()
-	waiter := newClient("waiter", append(fakeTimes(), ddblock.WithClock(clk))...)
+	waiter := newClientOn(tracked(ddb), "waiter", append(fakeTimes(), ddblock.WithClock(clk))...)
 	waitForSleepers(t, clk, 1)
 	w := startFair(waiter, "waiter", "job")
 	waitForSleepers(t, clk, 3) // its monitor, its retry, its session's heartbeats
