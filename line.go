@@ -134,8 +134,8 @@ const (
 	// lineKeyPrefix starts every line counter's partition key,
 	// ticketKeyPrefix every ticket's; lock keys and semaphore names may
 	// start with neither.
-	lineKeyPrefix   = "ddblock_line#"
-	ticketKeyPrefix = "ddblock_wait#"
+	lineKeyPrefix   = wire.LineKeyPrefix
+	ticketKeyPrefix = wire.TicketKeyPrefix
 	// ticketKeyOverhead is the most a ticket's partition key adds to the
 	// lock's: the prefix, a generation (16 hex digits), a number (up to
 	// 19 digits) and two separators.

@@ -69,6 +69,11 @@ const (
 	// AttrSemaphoreSpan is how many slot indexes may be held while a
 	// shrink drains (N); absent otherwise.
 	AttrSemaphoreSpan = "ddblock_semaphore_span"
+	// LineKeyPrefix starts every line counter's partition key (the lock's
+	// partition key follows), TicketKeyPrefix every ticket's (the line's
+	// generation, the number and the lock's partition key follow).
+	LineKeyPrefix   = "ddblock_line#"
+	TicketKeyPrefix = "ddblock_wait#"
 	// A line's counter item: its generation (S, fresh at each creation),
 	// the last number handed out and the number whose turn it is (N).
 	AttrLineGen     = "ddblock_line_gen"
