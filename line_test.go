@@ -541,14 +541,18 @@ func TestFairSemaphoreWaitersInArrivalOrder(t *testing.T) {
 	for i := range n {
 		c := e.clientOn(tracked(e.ddb), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
 		s := semaphoreOf(t, c, "pool", 2)
-		waitForSleepers(t, clk, 2*i+1)
+		waitForSleepers(t, clk, 3*i+1)
 		w := &fairWaiter{name: fmt.Sprintf("w%d", i), done: make(chan struct{})}
 		go func() {
 			defer close(w.done)
 			w.lock, w.err = s.Acquire(ctx, ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(fairRetry), ddblock.WithRetryTimeout(time.Hour))
 		}()
 		waiters = append(waiters, w)
-		waitForSleepers(t, clk, 2*i+2)
+		waitFor(t, w.name+"'s ticket", func() bool {
+			line, err := holder.Line(ctx, "pool", "slots")
+			return err == nil && len(line.Tickets) == i+1
+		})
+		waitForSleepers(t, clk, 3*i+3) // its monitor, its retry, its session's heartbeats
 	}
 	if got := fmt.Sprint(tickets(t, holder, "pool")); got != "[]" {
 		t.Fatalf("the lock key's line: %s; a semaphore's line is at its metadata key", got)
