@@ -74,8 +74,10 @@ const (
 // other keys, CodeInvalidItem when the item at the key is not a lock item
 // (it is left untouched), CodeLockInDanger when the client's own session
 // stayed past its safe period through the last attempt (no lock is put
-// on a session in danger), and CodeUnknown, wrapping the cause, on any
-// other failure.
+// on a session in danger), CodeAccessDenied at once when AWS refuses a
+// permission or the credentials (never retried: the SDK's error, naming
+// the operation and AWS's message, is its cause), and CodeUnknown,
+// wrapping the cause, on any other failure.
 func (c *Client) AcquireLock(ctx context.Context, partitionKey string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, partitionKey, false, opts)
 }

@@ -504,7 +504,10 @@ type LeaderCallbacks struct {
 // error of CodeCanceled for a cancel, CodeAcquireTimeout for a
 // deadline, either wrapping context.Cause(ctx)), or with an error that
 // campaigning cannot get past (a closed client, bad arguments, a missing
-// table).
+// table, CodeAccessDenied: a permission or the credentials refused by
+// AWS, which Run logs at error level). Other failures of a campaign
+// (throttling, a lost connection) are logged at warn level and tried
+// again after a heartbeat period.
 //
 // A panic in OnStartedLeading (or runtime.Goexit) does not leave this
 // client leading: Run resigns, releasing the lock so that another
@@ -538,11 +541,19 @@ func (e *Election) Run(ctx context.Context, value string, cb LeaderCallbacks) er
 				return contextError(ctx, e.fail)
 			}
 			switch CodeOf(err) {
+			case CodeAccessDenied:
+				// A refused permission or bad credentials do not pass
+				// by themselves: campaigning again would only hide
+				// them until ctx ends (as ACQUIRE_TIMEOUT), so Run
+				// says so and ends, as for a missing table.
+				e.c.log.Error("ddblock: election campaign refused by AWS; Run ends", "election", e.name, "err", err)
+				return err
 			case CodeClientShutdown, CodeInvalidArgument, CodeTableNotFound, CodeTableMismatch, CodeInvalidItem:
 				return err
 			}
 			// A failure worth another try (throttling, a lost
 			// connection): campaign again after a period.
+			e.c.log.Warn("ddblock: election campaign failed; will campaign again", "election", e.name, "err", err)
 			t := e.c.clock.NewTimer(e.c.opts.HeartbeatPeriod)
 			select {
 			case <-ctx.Done():

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Code says what kind of failure an [Error] reports. The first six are
@@ -105,6 +107,22 @@ const (
 	// The held lock is untouched; find it with [Client.HeldLocks].
 	// [Election.Campaign] answers it too while the Election leads.
 	CodeAlreadyHeld Code = "ALREADY_HELD"
+)
+
+// A refusal is not a failure to wait through.
+const (
+	// CodeAccessDenied: AWS refused a call for want of permission (an IAM
+	// policy that does not allow the action: AccessDeniedException) or
+	// of valid credentials (expired, unknown or badly signed:
+	// ExpiredTokenException, UnrecognizedClientException,
+	// InvalidSignatureException, …). The cause is the SDK's error,
+	// whose text names the operation and carries AWS's message, which
+	// for a refused permission names the action (such as
+	// dynamodb:PutItem) and the resource. Asking again cannot help, so
+	// no wait goes on through it: AcquireLock, TryAcquireLock,
+	// Semaphore.Acquire, fair waiting, Election.Campaign and
+	// Election.Run all end with it at once.
+	CodeAccessDenied Code = "ACCESS_DENIED"
 )
 
 // Error is the one error type ddblock returns. Match a kind with
@@ -217,6 +235,19 @@ var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
 
 // The sentinel for CodeAlreadyHeld.
 var ErrAlreadyHeld = &Error{Code: CodeAlreadyHeld}
+
+// The sentinel for CodeAccessDenied.
+var ErrAccessDenied = &Error{Code: CodeAccessDenied}
+
+// callCode is the code of a DynamoDB call's failure that nothing more
+// precise explains: CodeAccessDenied when AWS refused the permission or
+// the credentials, CodeUnknown otherwise.
+func callCode(err error) Code {
+	if wire.AccessDenied(err) {
+		return CodeAccessDenied
+	}
+	return CodeUnknown
+}
 
 // CodeOf returns the code of the first *Error in err's chain, or "" when
 // there is none.

@@ -181,6 +181,8 @@ type transactWriter interface {
 //     two actions on one item in a transaction), or a request token
 //     reused with other parameters.
 //   - CodeCanceled: ctx ended before the request was sent.
+//   - CodeAccessDenied: AWS refused the transaction for want of a
+//     permission or of valid credentials; nothing was written.
 //
 // Any other failure is CodeUnknown with the SDK's error as its cause.
 func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
@@ -426,7 +428,7 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 	if ctx.Err() != nil {
 		return l.lockError(CodeCanceled, "the context ended before the guarded write was sent", gw)
 	}
-	return l.lockError(CodeUnknown, "the guarded write failed", gw)
+	return l.lockError(callCode(err), "the guarded write failed", gw)
 }
 
 func reasonCodes(rs []types.CancellationReason) string {

@@ -87,7 +87,7 @@ func TestGuardedWriteErrorTableComplete(t *testing.T) {
 	for _, code := range []ddblock.Code{
 		ddblock.CodeLockNotHeld, ddblock.CodeWriteConditionFailed, ddblock.CodeTransactionConflict,
 		ddblock.CodeOutcomeUnknown, ddblock.CodeTransactionsUnsupported, ddblock.CodeInvalidArgument,
-		ddblock.CodeCanceled, ddblock.CodeUnknown,
+		ddblock.CodeCanceled, ddblock.CodeAccessDenied, ddblock.CodeUnknown,
 	} {
 		if !rows[string(code)] {
 			t.Errorf("doc/guarded-writes.md's error table has no row for %s", code)

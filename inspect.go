@@ -204,6 +204,9 @@ func (c *Client) tableError(err error, doing, pk, sk string) *Error {
 	code, msg := CodeUnknown, doing
 	invalid, isInvalid := wire.Invalid(err)
 	switch {
+	case wire.AccessDenied(err):
+		code = CodeAccessDenied
+		msg = doing + ": AWS refused the call (a permission or the credentials)"
 	case wire.TableNotFound(err):
 		code = CodeTableNotFound
 		msg = doing + ": table " + c.opts.TableName + " does not exist"

@@ -192,7 +192,7 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 		return invalidArg("TableAPI", "must not be nil")
 	}
 	if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
-		return &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
+		return &Error{Code: callCode(err), Message: "creating table " + t.TableName, Err: err}
 	}
 	if _, err := waitActive(ctx, api, t); err != nil {
 		return err
@@ -227,7 +227,7 @@ func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
 			return &Error{Code: CodeTTLUnsupported, Message: "the server cannot enable TTL on table " + t.TableName +
 				"; the table is usable, but expired lock items will not be deleted by the server", Err: err}
 		}
-		return &Error{Code: CodeUnknown, Message: "enabling TTL on table " + t.TableName, Err: err}
+		return &Error{Code: callCode(err), Message: "enabling TTL on table " + t.TableName, Err: err}
 	}
 	if _, err := waitActive(ctx, api, t); err != nil {
 		return err
@@ -262,7 +262,7 @@ func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, e
 	case err != nil && wire.UnsupportedOperation(err):
 		return ttlState{unsupported: true}, nil
 	case err != nil:
-		return ttlState{}, &Error{Code: CodeUnknown, Message: "describing TTL of table " + t.TableName, Err: err}
+		return ttlState{}, &Error{Code: callCode(err), Message: "describing TTL of table " + t.TableName, Err: err}
 	}
 	s := ttlState{status: types.TimeToLiveStatusDisabled}
 	if d := out.TimeToLiveDescription; d != nil {
@@ -284,7 +284,7 @@ func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.Table
 			if ctx.Err() != nil {
 				return nil, &Error{Code: CodeCanceled, Message: "waiting for table " + t.TableName, Err: context.Cause(ctx)}
 			}
-			return nil, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+			return nil, &Error{Code: callCode(err), Message: "describing table " + t.TableName, Err: err}
 		case err == nil && out.Table != nil && out.Table.TableStatus == types.TableStatusActive:
 			return out.Table, nil
 		}
@@ -376,13 +376,13 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 		if _, err := api.CreateTable(ctx, t.createInput()); err != nil {
 			var inUse *types.ResourceInUseException
 			if !errors.As(err, &inUse) { // created meanwhile by someone else: fine
-				return report, &Error{Code: CodeUnknown, Message: "creating table " + t.TableName, Err: err}
+				return report, &Error{Code: callCode(err), Message: "creating table " + t.TableName, Err: err}
 			}
 		} else {
 			report.Created = true
 		}
 	case err != nil:
-		return report, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+		return report, &Error{Code: callCode(err), Message: "describing table " + t.TableName, Err: err}
 	default:
 		if err := t.matches(out.Table); err != nil {
 			return report, err
@@ -575,7 +575,7 @@ func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOpti
 		if ctx.Err() != nil {
 			return report, &Error{Code: CodeCanceled, Message: "describing table " + t.TableName, Err: context.Cause(ctx)}
 		}
-		return report, &Error{Code: CodeUnknown, Message: "describing table " + t.TableName, Err: err}
+		return report, &Error{Code: callCode(err), Message: "describing table " + t.TableName, Err: err}
 	}
 	if err := t.matches(out.Table); err != nil {
 		return report, err

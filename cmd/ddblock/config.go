@@ -17,6 +17,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // tableEnv names the variable that sets --table's default. `ddblock run`
@@ -252,6 +253,12 @@ func logger(w io.Writer) *slog.Logger {
 func libError(err error, table string) error {
 	err = trimmed{err}
 	var e *ddblock.Error
+	if ddblock.CodeOf(err) == ddblock.CodeAccessDenied || wire.AccessDenied(err) {
+		// Refused by AWS: asking again cannot help. The cause's text
+		// names the operation and carries AWS's message, which names
+		// the action that is not allowed.
+		return fail(exitNoPerm, "%v", err)
+	}
 	if !errors.As(err, &e) {
 		if errors.Is(err, context.Canceled) {
 			return fail(exitSignalBase+2, "interrupted")

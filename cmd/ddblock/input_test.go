@@ -123,7 +123,7 @@ func TestExitStatusOfATableWithOtherKeys(t *testing.T) {
 func TestExitStatusesDocumented(t *testing.T) {
 	f := newFixture(t)
 	statuses := []int{exitOK, exitNotFound, exitUsage, exitUnavailable, exitInternal, exitCantCreate,
-		exitBusy, exitLockLost, exitConfig, exitCannotExecute, exitCommandNotFound}
+		exitBusy, exitLockLost, exitNoPerm, exitConfig, exitCannotExecute, exitCommandNotFound}
 	help := f.runRaw("--help").stdout
 	doc, err := os.ReadFile("../../doc/cli.md")
 	if err != nil {
@@ -139,7 +139,7 @@ func TestExitStatusesDocumented(t *testing.T) {
 		}
 	}
 	run := f.runRaw("run", "--help").stdout
-	for _, s := range []int{exitBusy, exitLockLost, exitCannotExecute, exitCommandNotFound, exitUsage, exitUnavailable, exitInternal, exitConfig} {
+	for _, s := range []int{exitBusy, exitLockLost, exitCannotExecute, exitCommandNotFound, exitUsage, exitUnavailable, exitInternal, exitNoPerm, exitConfig} {
 		if !strings.Contains(run, strconv.Itoa(s)) {
 			t.Errorf("ddblock run --help does not list exit status %d", s)
 		}

@@ -94,6 +94,9 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 			said = ""
 		}
 		switch {
+		case errors.Is(err, ddblock.ErrAccessDenied):
+			// Refused by AWS: no later read can do better.
+			return libError(err, conn.table)
 		case err != nil:
 			msg := strings.TrimPrefix(err.Error(), "ddblock: ")
 			if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {

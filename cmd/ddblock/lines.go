@@ -30,8 +30,8 @@ const (
 	// lineKeyPrefix starts a line counter's partition key, ticketKeyPrefix
 	// a ticket's (line.go in the library); lock keys may start with
 	// neither.
-	lineKeyPrefix   = "ddblock_line#"
-	ticketKeyPrefix = "ddblock_wait#"
+	lineKeyPrefix   = wire.LineKeyPrefix
+	ticketKeyPrefix = wire.TicketKeyPrefix
 )
 
 // waiterJSON is one waiter in a line, as ls --json and get --json print
@@ -223,6 +223,9 @@ func (c *connFlags) rawItem(ctx context.Context, pk, sk string) (map[string]type
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, fail(exitSignalBase+2, "interrupted")
+		}
+		if wire.AccessDenied(err) {
+			return nil, fail(exitNoPerm, "reading %s: %v", lockName(pk, sk), err)
 		}
 		return nil, fail(exitUnavailable, "reading %s: %v", lockName(pk, sk), err)
 	}

@@ -14,6 +14,9 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Exit statuses of ddblock itself. `ddblock run` otherwise exits with its
@@ -29,8 +32,7 @@ const (
 	// together (EX_USAGE).
 	exitUsage = 64
 	// exitUnavailable: DynamoDB could not be used: the table does not
-	// exist, the server cannot be reached, credentials were refused
-	// (EX_UNAVAILABLE).
+	// exist, the server cannot be reached (EX_UNAVAILABLE).
 	exitUnavailable = 69
 	// exitInternal: anything else that went wrong (EX_SOFTWARE),
 	// including the guard of run's command ending unexpectedly.
@@ -44,6 +46,10 @@ const (
 	// exitLockLost: run's lock went into danger or was stolen while the
 	// command ran, or was not renewed in time; the command was stopped.
 	exitLockLost = 76
+	// exitNoPerm: AWS refused a permission (an IAM policy that does not
+	// allow the action, which the message names) or the credentials
+	// (expired, unknown, badly signed) (EX_NOPERM). Never retried.
+	exitNoPerm = 77
 	// exitConfig: the table exists but does not have the keys ddblock is
 	// configured for (EX_CONFIG).
 	exitConfig = 78
@@ -171,7 +177,11 @@ func report(env *environ, name string, err error) int {
 	}
 	var e *exitError
 	if !errors.As(err, &e) {
-		e = &exitError{code: exitInternal, msg: oneLine(err.Error())}
+		code := exitInternal
+		if ddblock.CodeOf(err) == ddblock.CodeAccessDenied || wire.AccessDenied(err) {
+			code = exitNoPerm
+		}
+		e = &exitError{code: code, msg: oneLine(err.Error())}
 	}
 	if e.msg != "" {
 		fmt.Fprintf(env.stderr, "ddblock %s: %s\n", name, e.msg)
@@ -203,7 +213,8 @@ or arguments); 69 DynamoDB unavailable (table missing, server unreachable);
 (not acquired within --wait, or changed before release could remove it,
 or attached to a live session: see release --help; or resize's holders
 above the new number still held their slots); 76 lock lost while
-the command ran; 78 the table's keys are not the ones configured; 126 the
+the command ran; 77 permission or credentials refused by AWS (the message
+names the action); 78 the table's keys are not the ones configured; 126 the
 command cannot be run; 127 the command was not found; otherwise run exits
 with its command's status (128+N: killed by signal N).
 `)

@@ -114,7 +114,8 @@ not acquired within --wait (with --slots: no slot was free); 76 the lock
 was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
 found; 64 usage; 69 DynamoDB unavailable (with --session, also: the
 session's heartbeats were not landing at the end of --wait); 70 internal
-error (the guard died); 78 the table's keys are not the ones configured,
+error (the guard died); 77 AWS refused a permission or the credentials
+(the message names the action); 78 the table's keys are not the ones configured,
 or --slots differs from the semaphore's number of slots; 128+N
 interrupted by signal N while waiting.`
 

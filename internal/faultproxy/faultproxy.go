@@ -1,9 +1,9 @@
 // Package faultproxy is an HTTP proxy that sits between a DynamoDB client
 // and a real DynamoDB-compatible server (dynalite or DynamoDB Local in
 // ddblock's tests) and misbehaves on demand: it adds latency, answers
-// with server errors or throttling, drops connections, swallows
-// requests, applies a write and then loses its reply, or refuses
-// connections altogether.
+// with server errors, throttling or refused permissions, drops
+// connections, swallows requests, applies a write and then loses its
+// reply, or refuses connections altogether.
 //
 // Faults are rules switched on and off while a test runs; each rule can
 // be limited to one DynamoDB operation (the X-Amz-Target header), to
@@ -152,6 +152,12 @@ const (
 	// flight; the proxy's conflict emulation raises the real ones. Not in
 	// Kinds: it applies to transactions only.
 	TransactionConflict Kind = "transaction-conflict"
+	// AccessDenied answers HTTP 400 with the AccessDeniedException body
+	// DynamoDB sends when an IAM policy does not allow the request's
+	// action, its message naming the action (dynamodb:PutItem, …) and
+	// the table; nothing is forwarded. The SDK does not retry it. Not in
+	// Kinds: it is no fault to wait through, and would end every wait.
+	AccessDenied Kind = "access-denied"
 )
 
 // Kinds lists every kind, in a stable order.
@@ -196,7 +202,7 @@ func (r Rule) check() error {
 	for _, k := range Kinds {
 		known = known || r.Kind == k
 	}
-	known = known || r.Kind == TransactionConflict
+	known = known || r.Kind == TransactionConflict || r.Kind == AccessDenied
 	if !known {
 		errs = append(errs, fmt.Errorf("faultproxy: unknown fault kind %q", r.Kind))
 	}
@@ -666,6 +672,8 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		rep = errorReply(http.StatusBadRequest, "ProvisionedThroughputExceededException", "The level of configured provisioned throughput for the table was exceeded (injected by faultproxy).")
 	case TransactionConflict:
 		rep = cannedConflict(body)
+	case AccessDenied:
+		rep = accessDenied(op, body)
 	case BlackHole:
 		select {
 		case <-r.Context().Done():
@@ -695,6 +703,20 @@ func cannedConflict(body []byte) *reply {
 	_ = json.Unmarshal(body, &req)
 	n := max(len(req.TransactItems), 1)
 	return canceledReply(n, map[int]bool{n - 1: true}, " (injected by faultproxy)")
+}
+
+// accessDenied answers as DynamoDB does a request its caller's IAM
+// policy does not allow: the message names the action and the table.
+func accessDenied(op string, body []byte) *reply {
+	var req struct{ TableName string }
+	_ = json.Unmarshal(body, &req)
+	if req.TableName == "" {
+		req.TableName = "*"
+	}
+	msg := fmt.Sprintf("User: arn:aws:iam::123456789012:user/test is not authorized to perform: dynamodb:%s on resource: arn:aws:dynamodb:us-east-1:123456789012:table/%s because no identity-based policy allows the dynamodb:%s action (injected by faultproxy)",
+		op, req.TableName, op)
+	body = fmt.Appendf(nil, `{"__type":"com.amazon.coral.service#AccessDeniedException","message":%q}`, msg)
+	return jsonReply(http.StatusBadRequest, body)
 }
 
 // reply is a response to give a client: the server's, or one the proxy

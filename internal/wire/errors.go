@@ -131,3 +131,23 @@ func TransactionConflict(err error) bool {
 	var conflict *types.TransactionConflictException
 	return errors.As(err, &conflict)
 }
+
+// AccessDenied reports whether AWS refused the call for want of
+// permission or of valid credentials: an IAM policy that does not allow
+// the action (AccessDeniedException, whose message names the action and
+// the resource), credentials that expired, were never valid, or signed
+// the request wrongly. Asking again cannot help, and the SDK does not.
+func AccessDenied(err error) bool {
+	var api interface{ ErrorCode() string }
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "AccessDeniedException", "AccessDenied", "NotAuthorized", "UnauthorizedOperation",
+		"ExpiredTokenException", "ExpiredToken", "UnrecognizedClientException",
+		"InvalidSignatureException", "MissingAuthenticationTokenException",
+		"InvalidClientTokenId", "IncompleteSignatureException", "SignatureDoesNotMatch":
+		return true
+	}
+	return false
+}
