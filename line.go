@@ -346,9 +346,8 @@ type line struct {
 	seq     int64
 	skipped bool // the served number passed this one, or the line was reset
 	// Only the waiter's own goroutine touches these:
-	head     bool // the last look showed this number served
-	written  bool // the ticket item was put
-	session  string
+	head     bool          // the last look showed this number served
+	written  bool          // the ticket item was put
 	lastLook time.Duration // when the last read of the counter that answered was sent
 	next     int64         // the last number handed out, as last read
 	serving  int64         // the number served, as last read
@@ -723,7 +722,6 @@ func (l *line) writeTicket(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.session = s.pk
 	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Session: s.pk, Since: l.ticket.Since, Grace: l.ticket.Grace}
 	if _, err := c.ddb.PutItem(ctx, c.wire().PutTicket(l.ticketPK(l.seq), l.sk, t, c.clock.Now().Add(lineTTL)), c.callOpts("PutItem")...); err != nil {
 		if wire.OutcomeUnknown(err) {
