@@ -1,6 +1,7 @@
 package ddblock
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -658,21 +659,11 @@ func (l *line) take(ctx context.Context) error {
 		clear(r.tickets)
 	}
 	l.entered, l.skipped, l.gen, l.seq = true, false, st.gen, st.next
-	i, _ := slices.BinarySearchFunc(r.members, l.seq, func(m *line, n int64) int { return compareInt(m.seq, n) })
+	i, _ := slices.BinarySearchFunc(r.members, l.seq, func(m *line, n int64) int { return cmp.Compare(m.seq, n) })
 	r.members = slices.Insert(r.members, i, l)
 	ls.mu.Unlock()
 	l.lastLook, l.next, l.serving, l.head, l.written = sent, st.next, st.serving, st.serving == st.next, false
 	return nil
-}
-
-func compareInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // resetInsane deletes a counter whose numbers are out of any sane range
@@ -1482,7 +1473,7 @@ func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] {
 			st := counters[k]
 			info := &LineInfo{PartitionKey: k.pk, SortKey: k.sk}
 			ts := tickets[k][st.gen]
-			slices.SortFunc(ts, func(a, b numbered) int { return compareInt(a.n, b.n) })
+			slices.SortFunc(ts, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
 			for _, t := range ts {
 				if t.n >= st.serving && t.n <= st.next {
 					info.Tickets = append(info.Tickets, t.t)
