@@ -77,6 +77,9 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_FENCING_TOKEN           the lock's fencing token, if it has one
   DDBLOCK_TAKEN_OVER_FROM         the owner of the lock item taken over from
                                   a holder presumed dead; unset otherwise
+  DDBLOCK_ENCODED                 set when DDBLOCK_TAKEN_OVER_FROM holds a
+                                  NUL, which no environment can: it then
+                                  names it, percent-encoded (%00, %25)
   DDBLOCK_SLOT                    with --slots, the slot held (0 to N-1)
   DDBLOCK_SESSION_KEY             with --session, the session item's
                                   partition key
@@ -562,8 +565,13 @@ func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
 	}
 	if prev := lock.TakenOverFrom(); prev != nil {
 		// The previous holder died holding the lock: the command may need
-		// to clean up after it.
-		env = append(env, "DDBLOCK_TAKEN_OVER_FROM="+prev.OwnerName)
+		// to clean up after it. Its name comes from the table, where
+		// any writer may have put a NUL, which no environment holds.
+		value, encoded := envValue(prev.OwnerName)
+		env = append(env, "DDBLOCK_TAKEN_OVER_FROM="+value)
+		if encoded {
+			env = append(env, "DDBLOCK_ENCODED=DDBLOCK_TAKEN_OVER_FROM")
+		}
 	}
 	if sk := lock.SessionKey(); sk != "" {
 		env = append(env, "DDBLOCK_SESSION_KEY="+sk)
@@ -573,6 +581,17 @@ func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
 		env = append(env, "DDBLOCK_SLOT="+strconv.Itoa(slot))
 	}
 	return env, nil
+}
+
+// envValue is v as an environment variable can hold it: v itself, or,
+// when v holds a NUL byte, v percent-encoded (each NUL as %00, each % as
+// %25) and encoded true, so that the command can tell (DDBLOCK_ENCODED
+// names such variables) and decode it.
+func envValue(v string) (string, bool) {
+	if !strings.ContainsRune(v, 0) {
+		return v, false
+	}
+	return strings.NewReplacer("%", "%25", "\x00", "%00").Replace(v), true
 }
 
 // transientAcquireError reports whether a failed first try may succeed

@@ -474,3 +474,32 @@ func TestEnsureTable(t *testing.T) {
 		t.Errorf("ensure-table with other keys: %v", r)
 	}
 }
+
+// A holder's owner name comes from the table, where any writer may have
+// put a NUL byte, which no environment can hold: a run that takes such a
+// lock over still runs its command, and gives it the name percent-encoded
+// and named in DDBLOCK_ENCODED.
+func TestRunTakeoverFromAnOwnerWithANul(t *testing.T) {
+	f := newFixture(t)
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	// A crashed holder's item, its heartbeat stamped an hour ago.
+	_, err := sdk.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: map[string]types.AttributeValue{
+		"lock_key": s("job"), "sort_key": s("-"),
+		"owner_name":            s("cra\x00shed 100%"),
+		"lease_duration":        &types.AttributeValueMemberN{Value: "1"},
+		"record_version_number": s("rvn-1"),
+		"ddblock_heartbeat_ms":  &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "from")
+	r := f.run("run", append(slices.Clone(timingFlags), "--max-clock-skew", "100ms", "--wait", "0", "job", "--",
+		"sh", "-c", `printf '%s|%s' "$DDBLOCK_TAKEN_OVER_FROM" "$DDBLOCK_ENCODED" > "$1"`, "sh", out)...)
+	if r.code != 0 {
+		t.Fatalf("taking over from an owner name with a NUL: %v", r)
+	}
+	if got, want := readFile(t, out), "cra%00shed 100%25|DDBLOCK_TAKEN_OVER_FROM"; got != want {
+		t.Errorf("DDBLOCK_TAKEN_OVER_FROM|DDBLOCK_ENCODED = %q; want %q", got, want)
+	}
+}
