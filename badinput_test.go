@@ -227,13 +227,36 @@ func TestBadKeysRefusedBeforeAnyCall(t *testing.T) {
 					t.Errorf("%s: %v; want INVALID_ARGUMENT naming %s", call, err, tc.setting)
 				}
 			}
+			checkName := func(call string, err error) {
+				t.Helper()
+				if !errors.Is(err, ddblock.ErrInvalidArgument) {
+					t.Errorf("%s: %v; want INVALID_ARGUMENT", call, err)
+				}
+			}
 			_, err := c.GetLock(ctx, tc.pk, tc.sk)
 			check("GetLock", err)
 			check("ForceRelease", c.ForceRelease(ctx, tc.pk, tc.sk, "v"))
+			_, err = c.AcquireLock(ctx, tc.pk, ddblock.WithSortKeyValue(tc.sk))
+			check("AcquireLock", err)
+			_, err = c.TryAcquireLock(ctx, tc.pk, ddblock.WithSortKeyValue(tc.sk))
+			check("TryAcquireLock", err)
+			check("WithLock", c.WithLock(ctx, tc.pk, func(context.Context, *ddblock.Lock) error { return nil }, ddblock.WithSortKeyValue(tc.sk)))
+			_, err = c.Line(ctx, tc.pk, tc.sk)
+			check("Line", err)
+			_, err = c.ClearLine(ctx, tc.pk, tc.sk)
+			check("ClearLine", err)
 			if tc.setting == "PartitionKey" {
 				for _, err := range c.ListLocksByPartitionKey(ctx, tc.pk) {
 					check("ListLocksByPartitionKey", err)
 				}
+				// A semaphore's or an election's name is its partition
+				// key (a semaphore's slots and metadata add to it).
+				_, err = c.GetSemaphore(ctx, tc.pk)
+				checkName("GetSemaphore", err)
+				_, err = c.NewSemaphore(tc.pk, 2)
+				checkName("NewSemaphore", err)
+				_, err = c.NewElection(tc.pk)
+				checkName("NewElection", err)
 			}
 			if got := calls.snapshot(); len(got) != 0 {
 				t.Errorf("calls made: %v; want none", got)

@@ -1003,6 +1003,11 @@ func (c *Client) GetSemaphore(ctx context.Context, name string) (*SemaphoreInfo,
 		return nil, invalidArg("Name", "must be non-empty UTF-8")
 	}
 	s := &Semaphore{c: c, name: name, asked: 1}
+	// The metadata item's key and the first slot's: a name DynamoDB
+	// would refuse is refused before any call, as NewSemaphore does.
+	if err := s.checkKeys(1); err != nil {
+		return nil, err
+	}
 	view, err := s.read(ctx)
 	if err != nil {
 		return nil, s.readError(err)
