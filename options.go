@@ -621,7 +621,10 @@ type AcquireOptions struct {
 	// RetryTimeout is how long to keep trying before ACQUIRE_TIMEOUT.
 	// Default: the client's lease duration plus its heartbeat period, so
 	// that a lock abandoned just before the call can still be taken over.
-	// The context's deadline also ends the wait.
+	// The context's deadline also ends the wait. It bounds the whole wait
+	// however long each call takes (throttled, with the SDK backing off,
+	// or hung): a call in flight when it runs out is cut the client's
+	// HeartbeatTimeout later at the most.
 	RetryTimeout time.Duration
 	// AdditionalAttributes are stored with the lock and survive
 	// heartbeats. Names of the lock's own attributes are refused.

@@ -71,7 +71,7 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 			return nil, contextError(ctx, t.fail)
 		}
 		r.attempts++
-		lock, err := t.attempt(ctx)
+		lock, err := r.attempt(ctx, t, opts)
 		var backoff *backingOff
 		switch {
 		case lock != nil:
@@ -121,6 +121,24 @@ func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions
 	}
 }
 
+// errWaitOver is the cause of an attempt cut because the wait ran out.
+var errWaitOver = errors.New("ddblock: the retry timeout passed while a call was in flight")
+
+// attempt makes one attempt of a waiting loop within the wait: its calls
+// end by the retry timeout plus HeartbeatTimeout (the bound of one call),
+// however long the SDK backs off inside them, so that a throttled or
+// hung call overruns the wait by one call's timeout at the most. A try
+// (TryAcquireLock) makes its one attempt on the caller's context alone.
+func (r *retryLoop) attempt(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
+	if r.once {
+		return t.attempt(ctx)
+	}
+	left := r.start + opts.RetryTimeout + r.c.opts.HeartbeatTimeout - r.c.clock.Monotonic()
+	actx, cancel := context.WithTimeoutCause(ctx, max(left, 0), errWaitOver)
+	defer cancel()
+	return t.attempt(actx)
+}
+
 // giveUp is the error of a loop that ran out of attempts: the last
 // attempt's failure if it failed, else the target's answer for "held".
 func (r *retryLoop) giveUp(t retryTarget) error {
@@ -154,6 +172,9 @@ func (r *retryLoop) sleep(ctx context.Context, t retryTarget, due time.Duration)
 // deadline is an ACQUIRE_TIMEOUT, a cancel is CANCELED.
 func contextError(ctx context.Context, fail func(Code, string, error) *Error) error {
 	cause := context.Cause(ctx)
+	if errors.Is(cause, errWaitOver) {
+		return fail(CodeAcquireTimeout, "the retry timeout passed", cause)
+	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fail(CodeAcquireTimeout, "the context's deadline passed", cause)
 	}
