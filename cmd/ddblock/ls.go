@@ -254,7 +254,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 			attrs = sessionItemText(onSession[l.PartitionKey], conn.pkOnly)
 		}
 		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\n", cell(l.PartitionKey), sk, ownerText(l), holders[i].text(),
-			leaseText(l), l.RecordVersionNumber, formatExpiry(l.ExpiryTime), attrs)
+			leaseText(l), cell(l.RecordVersionNumber), formatExpiry(l.ExpiryTime), attrs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -345,13 +345,13 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	if s := info.Session; s != nil {
 		fmt.Fprintf(tw, "session\t%s\n", cell(s.PartitionKey))
 		if s.Item != nil {
-			fmt.Fprintf(tw, "session item\tversion %s, owner %s\n", s.Item.RecordVersionNumber, cell(s.Item.OwnerName))
+			fmt.Fprintf(tw, "session item\tversion %s, owner %s\n", cell(s.Item.RecordVersionNumber), cell(s.Item.OwnerName))
 		} else {
 			fmt.Fprintf(tw, "session item\tgone: the lock is taken over once a waiter has seen it gone for %v\n", s.LeaseDuration)
 		}
 		fmt.Fprintf(tw, "lock item lease\t%v (for clients without sessions)\n", info.LeaseDuration)
 	}
-	fmt.Fprintf(tw, "record version number\t%s\n", info.RecordVersionNumber)
+	fmt.Fprintf(tw, "record version number\t%s\n", cell(info.RecordVersionNumber))
 	fmt.Fprintf(tw, "expires (TTL)\t%s\n", formatExpiry(info.ExpiryTime))
 	if info.FencingToken > 0 {
 		fmt.Fprintf(tw, "fencing token\t%d\n", info.FencingToken)
@@ -546,7 +546,10 @@ func attrText(v types.AttributeValue) string {
 	if err != nil {
 		return fmt.Sprintf("<%v>", err)
 	}
-	return string(b)
+	// encoding/json leaves DEL, the C1 and the bidirectional controls
+	// as they are; termSafe writes those but DEL as JSON does (\u009b),
+	// and DEL is written so here, to keep the value JSON.
+	return termSafe(strings.ReplaceAll(string(b), "\x7f", `\u007f`))
 }
 
 func formatAttrs(attrs map[string]types.AttributeValue) string {
@@ -567,13 +570,15 @@ func formatExpiry(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// cell keeps a value on one line of a table: keys may hold any UTF-8,
-// tabs and newlines included.
+// cell keeps a value on one line of a table, safe for a terminal: keys
+// and owners may hold any UTF-8, tabs, newlines and escape sequences
+// included (see termSafe). A value with a character termSafe escapes is
+// shown quoted, in Go syntax, so that it cannot be mistaken for another.
 func cell(s string) string {
 	if s == "" {
 		return `""`
 	}
-	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+	if needsEscape(s) {
 		return strconv.Quote(s)
 	}
 	return s

@@ -84,9 +84,11 @@ func exitWith(code int) error { return &exitError{code: code} }
 func usageError(format string, args ...any) error { return fail(exitUsage, format, args...) }
 
 // oneLine keeps a message on one line: errors.Join separates its errors
-// with newlines, and scripts read ddblock's stderr line by line.
+// with newlines, and scripts read ddblock's stderr line by line. It is
+// made safe for a terminal too (see termSafe): messages name keys and
+// owners read from the table.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+	return termSafe(strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " "))
 }
 
 // command is one subcommand.
@@ -184,7 +186,7 @@ func report(env *environ, name string, err error) int {
 		e = &exitError{code: code, msg: oneLine(err.Error())}
 	}
 	if e.msg != "" {
-		fmt.Fprintf(env.stderr, "ddblock %s: %s\n", name, e.msg)
+		fmt.Fprintf(env.stderr, "ddblock %s: %s\n", name, termSafe(e.msg))
 	}
 	return e.code
 }

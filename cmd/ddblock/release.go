@@ -106,7 +106,7 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 	}
 	if info.IsSession {
 		fmt.Fprintf(env.stdout, "%s is the session item of %s (lease %v, record version number %s)\n",
-			lockName(key, sortKey), cell(info.OwnerName), info.LeaseDuration, info.RecordVersionNumber)
+			lockName(key, sortKey), cell(info.OwnerName), info.LeaseDuration, cell(info.RecordVersionNumber))
 		if err := removeSessionItem(ctx, client, key, sortKey, info.RecordVersionNumber, rvn); err != nil {
 			return releaseError(err, key, conn.table)
 		}
@@ -114,16 +114,16 @@ func cmdRelease(ctx context.Context, env *environ, args []string) error {
 		return nil
 	}
 	fmt.Fprintf(env.stdout, "lock %s is held by %s (lease %s, record version number %s)\n",
-		lockName(key, sortKey), cell(info.OwnerName), leaseText(info), info.RecordVersionNumber)
+		lockName(key, sortKey), cell(info.OwnerName), leaseText(info), cell(info.RecordVersionNumber))
 	if s := info.Session; s != nil {
 		state := "gone"
 		if s.Item != nil {
-			state = "there, record version number " + s.Item.RecordVersionNumber
+			state = "there, record version number " + cell(s.Item.RecordVersionNumber)
 		}
 		fmt.Fprintf(env.stdout, "it is attached to session %s (session item %s)\n", cell(s.PartitionKey), state)
 	}
 	if rvn != "" && rvn != info.RecordVersionNumber {
-		return fail(exitBusy, "not removed: its record version number is %s, not %s: it was heartbeated or changed hands", info.RecordVersionNumber, rvn)
+		return fail(exitBusy, "not removed: its record version number is %s, not %s: it was heartbeated or changed hands", cell(info.RecordVersionNumber), cell(rvn))
 	}
 	sessionRemoved := false
 	if withSession {

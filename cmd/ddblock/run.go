@@ -500,7 +500,7 @@ func (r *runner) holder(ctx context.Context) (string, error) {
 }
 
 func describe(info *ddblock.LockInfo) string {
-	return fmt.Sprintf("%s (lease %v)", info.OwnerName, info.LeaseDuration)
+	return fmt.Sprintf("%s (lease %v)", cell(info.OwnerName), info.LeaseDuration)
 }
 
 // reportHolders says when the lock changes hands while we wait.

@@ -222,7 +222,7 @@ func getSemaphore(ctx context.Context, env *environ, client *ddblock.Client, con
 			above = " [above the limit: held from before a resize, until its holder releases it]"
 		}
 		fmt.Fprintf(tw, "slot %d\t%s, holder %s, record version number %s%s\n", e.slots[i], ownerText(l), e.holders[i].text(),
-			l.RecordVersionNumber, above)
+			cell(l.RecordVersionNumber), above)
 	}
 	if waiting != "" {
 		fmt.Fprintf(tw, "waiting in line\t%s\n", waiting)
