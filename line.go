@@ -635,7 +635,7 @@ func (l *line) take(ctx context.Context) error {
 			return errLineGarbled
 		}
 		out, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
-		if isValidation(err) && l.resetGarbled(ctx) {
+		if _, invalid := wire.Invalid(err); invalid && l.resetGarbled(ctx) {
 			continue
 		}
 		if err != nil {
@@ -700,11 +700,6 @@ func (l *line) resetInsane(ctx context.Context, item map[string]types.AttributeV
 
 // errLineGarbled: the line's counter stayed unreadable through resets.
 var errLineGarbled = errors.New("ddblock: the line of fair waiters stays unreadable")
-
-func isValidation(err error) bool {
-	var api interface{ ErrorCode() string }
-	return err != nil && errors.As(err, &api) && api.ErrorCode() == "ValidationException"
-}
 
 // writeTicket writes this waiter's ticket, naming its client's session.
 func (l *line) writeTicket(ctx context.Context) error {
@@ -1260,12 +1255,14 @@ func (sa *semaphoreAcquire) semaphoreLook(ctx context.Context) (headLook, error)
 	return hl, nil
 }
 
-// maxShownTickets is the most tickets [Client.Line] reads.
+// maxShownTickets is how many numbers, from the one served, [Client.Line]
+// reads tickets of.
 const maxShownTickets = 100
 
 // Line reads the line of fair waiters of the lock on (partitionKey,
 // sortKey) (an empty sortKey means the default): its tickets in order
-// (the first maxShownTickets, 100), none when nobody waits in line. For
+// (those of the first 100 numbers from the one served), none when nobody
+// waits in line. For
 // a semaphore's line, pass the key of its metadata item. A line that is
 // not one ddblock could have written is an error of CodeInvalidItem.
 func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineInfo, error) {
@@ -1289,7 +1286,9 @@ func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineI
 	if err != nil || !ok {
 		return info, err
 	}
-	for n := st.serving; n <= st.next && len(info.Tickets) < maxShownTickets; n++ {
+	// The first numbers only: a long run of numbers whose waiters left
+	// (a crowd cancelled) costs no more reads than a full page.
+	for n := st.serving; n <= st.next && n < st.serving+maxShownTickets; n++ {
 		got, err := c.ddb.GetItem(ctx, c.wire().Get(ticketKey(st.gen, n, partitionKey), sk), c.callOpts("GetItem")...)
 		if err != nil {
 			return nil, c.tableError(err, "reading the line of fair waiters", partitionKey, sortKey)
