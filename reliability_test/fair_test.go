@@ -307,16 +307,26 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 		}
 		closeUnder := gen%2 == 0
 		if sleep(ctx, around(rng, c.cfg.CrowdEvery)) {
+			// Strike once the crowd stands in line (two of its tickets
+			// at least), looking for up to five seconds: on a slow
+			// server, or with a read lost to a fault, one look may see
+			// none of them yet.
 			inLine := 0
-			lctx, lcancel := context.WithTimeout(ctx, time.Second)
-			if info, err := c.lines.Line(lctx, key, ""); err == nil {
-				for _, tk := range info.Tickets {
-					if tk.OwnerName == name {
-						inLine++
+			for look := 0; look < 25 && inLine < 2 && ctx.Err() == nil; look++ {
+				if look > 0 {
+					sleep(ctx, 200*time.Millisecond)
+				}
+				inLine = 0
+				lctx, lcancel := context.WithTimeout(ctx, time.Second)
+				if info, err := c.lines.Line(lctx, key, ""); err == nil {
+					for _, tk := range info.Tickets {
+						if tk.OwnerName == name {
+							inLine++
+						}
 					}
 				}
+				lcancel()
 			}
-			lcancel()
 			now := mutexcheck.Now()
 			if closeUnder {
 				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
