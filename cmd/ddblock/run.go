@@ -428,6 +428,12 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		if r.wait == 0 {
 			return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
 		}
+		if holder == heldByNobody && waiting == 0 {
+			// The try ran out of time on a call that did not answer.
+			fmt.Fprintf(r.env.stderr, "ddblock run: could not take lock %s yet (%s); trying again for up to %v\n",
+				name, oneLine(trimmed{err}.Error()), r.wait)
+			break
+		}
 		fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
 	case transientAcquireError(err) && r.wait > 0:
 		// A DynamoDB call failed (unreachable, throttled, a server
@@ -455,8 +461,13 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	}
 	if errors.Is(err, ddblock.ErrAcquireTimeout) {
 		holder, herr := r.holder(context.WithoutCancel(ctx))
-		if herr != nil {
+		switch {
+		case herr != nil:
 			holder = "someone else"
+		case holder == heldByNobody:
+			// Free at the end: say why the wait failed (calls that
+			// did not answer in time, say), not only who holds it.
+			return nil, fail(exitBusy, "lock %s not acquired within %v (%s); it is held by %s", name, r.wait, oneLine(trimmed{err}.Error()), holder)
 		}
 		return nil, fail(exitBusy, "lock %s not acquired within %v: held by %s", name, r.wait, holder)
 	}
@@ -473,6 +484,9 @@ func (r *runner) name() string {
 	return lockName(r.key, r.sortKey)
 }
 
+// heldByNobody is what holder says of a free lock.
+const heldByNobody = "nobody now"
+
 // holder describes who holds the lock now.
 func (r *runner) holder(ctx context.Context) (string, error) {
 	if r.sem != nil {
@@ -481,7 +495,7 @@ func (r *runner) holder(ctx context.Context) (string, error) {
 			return "", err
 		}
 		if len(held) == 0 {
-			return "nobody any more (a slot was just released)", nil
+			return heldByNobody, nil
 		}
 		owners := make([]string, len(held))
 		for i, info := range held {
@@ -491,7 +505,7 @@ func (r *runner) holder(ctx context.Context) (string, error) {
 	}
 	info, err := r.client.GetLock(ctx, r.key, r.sortKey)
 	if errors.Is(err, ddblock.ErrLockNotFound) {
-		return "nobody any more (it was just released)", nil
+		return heldByNobody, nil
 	}
 	if err != nil {
 		return "", err
