@@ -58,12 +58,40 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	res := runChaos(t, fairChaos(20*time.Second))
-	t.Logf("\n%s", res.Summary())
+	// What the run must show takes throughput: on a starved machine (two
+	// busy loops on CI's two cores, the race detector and a JVM) twenty
+	// seconds can give thirty handoffs and no turn of a fair waiter. A
+	// run that showed too little is run again, once, for twice as long;
+	// what runChaos checks (exclusion, the slot limit, progress, unclear
+	// errors) fails the test in every run.
+	d := 20 * time.Second
+	for attempt := 1; ; attempt++ {
+		res := runChaos(t, fairChaos(d))
+		t.Logf("\n%s", res.Summary())
+		fairAcquiresEndedByGarbage(t, res)
+		short := fairRunShortfalls(res)
+		if len(short) == 0 {
+			return
+		}
+		if attempt == 2 || t.Failed() {
+			for _, s := range short {
+				t.Error(s)
+			}
+			return
+		}
+		t.Logf("the run showed too little (%s); running again for %v", strings.Join(short, "; "), 2*d)
+		d *= 2
+	}
+}
+
+// fairRunShortfalls are what a fair chaos run failed to show: each kind
+// of trouble striking, the kinds of holder mixed, and contention.
+func fairRunShortfalls(res chaosResult) []string {
+	var short []string
 	rep := res.Report
 	if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-			res.faults(), res.Kills, res.Pauses, res.Abandons)
+		short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
+			res.faults(), res.Kills, res.Pauses, res.Abandons))
 	}
 	fair, unfair, fairKinds, crowd := 0, 0, 0, 0
 	for kind, n := range rep.ByKind {
@@ -77,38 +105,35 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 			crowd += n
 		}
 	}
-	// Fair waiters of at least three flavours, among the others (which
-	// flavours get their turns in 20 seconds is luck).
-	if fair == 0 || unfair == 0 || fairKinds < 3 || crowd == 0 {
-		t.Errorf("working tenures of fair waiters %d in %d flavours (of the crowds %d), of others %d (%v): the run must mix them", fair, fairKinds, crowd, unfair, rep.ByKind)
+	// Fair waiters of at least two flavours, among the others. Which
+	// flavours get their turns is luck, and the crowds' most of all:
+	// polling waiters take a freed lock ahead of the line
+	// (doc/waiting.md, Limits), and a crowd can go a whole run without a
+	// turn, its waiters struck or timed out while in line (what the
+	// crowds are for, checked below). A crowd waiter's turns in one
+	// client are TestFairWaitersInOneClientCostOneReader's business.
+	if fair == 0 || unfair == 0 || fairKinds < 2 {
+		short = append(short, fmt.Sprintf("working tenures of fair waiters %d in %d flavours (of the crowds %d), of others %d (%v): the run must mix them", fair, fairKinds, crowd, unfair, rep.ByKind))
 	}
 	if rep.Handoffs < 50 || rep.Takeovers == 0 {
-		t.Errorf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers)
+		short = append(short, fmt.Sprintf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers))
 	}
 	f := res.Fair
 	if f.BunchKills == 0 || f.HeadPauses == 0 || f.CrowdCancels == 0 || f.CrowdCloses == 0 || f.CrowdMostInLine < 2 {
-		t.Errorf("fair waiters killed in bunches %d, paused first in line %d, crowds cancelled %d and closed %d (most in line at once %d): every kind of trouble must strike them",
-			f.BunchKills, f.HeadPauses, f.CrowdCancels, f.CrowdCloses, f.CrowdMostInLine)
+		short = append(short, fmt.Sprintf("fair waiters killed in bunches %d, paused first in line %d, crowds cancelled %d and closed %d (most in line at once %d): every kind of trouble must strike them",
+			f.BunchKills, f.HeadPauses, f.CrowdCancels, f.CrowdCloses, f.CrowdMostInLine))
 	}
 	if f.Garbles["ticket-without-id-at-serving"]+f.Garbles["ticket-without-id-ahead"] == 0 {
-		t.Errorf("no ticket without an id written into a line (%v)", f.Garbles)
+		short = append(short, fmt.Sprintf("no ticket without an id written into a line (%v)", f.Garbles))
 	}
 	if f.Garbles["ticket-wrong-types"] == 0 {
-		t.Errorf("no ticket-wrong-types written into a line (%v)", f.Garbles)
+		short = append(short, fmt.Sprintf("no ticket-wrong-types written into a line (%v)", f.Garbles))
 	}
 	if f.Garbles["counter-wrong-types"]+f.Garbles["counter-out-of-range"]+f.Garbles["counter-without-generation"] == 0 {
-		t.Errorf("no counter garbled (%v)", f.Garbles)
-	}
-	// Garbage in a line is another writer's, not the waiter's business:
-	// a fair waiter skips garbled tickets and resets a garbled counter,
-	// and waits on; its acquire never ends for it.
-	for _, code := range []ddblock.Code{ddblock.CodeInvalidItem, ddblock.CodeInvalidArgument, ddblock.CodeTableMismatch} {
-		if n := rep.Failures["acquire "+string(code)] + rep.Failures["withlock "+string(code)]; n > 0 {
-			t.Errorf("%d acquires ended with %s, as for the garbage written into their lines: they must reset it and wait on", n, code)
-		}
+		short = append(short, fmt.Sprintf("no counter garbled (%v)", f.Garbles))
 	}
 	if rep.Progress == nil || len(rep.FairProgressViolations) > 0 {
-		return
+		return short
 	}
 	checked := 0
 	for kind, p := range rep.Progress {
@@ -117,7 +142,21 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 		}
 	}
 	if checked == 0 {
-		t.Errorf("no failed wait of a fair waiter was checked for progress (%v)", rep.Progress)
+		short = append(short, fmt.Sprintf("no failed wait of a fair waiter was checked for progress (%v)", rep.Progress))
+	}
+	return short
+}
+
+// fairAcquiresEndedByGarbage checks that garbage in a line, another
+// writer's business and not the waiter's, never ended an acquire: a
+// fair waiter skips garbled tickets and resets a garbled counter, and
+// waits on.
+func fairAcquiresEndedByGarbage(t *testing.T, res chaosResult) {
+	t.Helper()
+	for _, code := range []ddblock.Code{ddblock.CodeInvalidItem, ddblock.CodeInvalidArgument, ddblock.CodeTableMismatch} {
+		if n := res.Report.Failures["acquire "+string(code)] + res.Report.Failures["withlock "+string(code)]; n > 0 {
+			t.Errorf("%d acquires ended with %s, as for the garbage written into their lines: they must reset it and wait on", n, code)
+		}
 	}
 }
 
@@ -211,20 +250,32 @@ func (c *chaos) lineKeys() [][2]string {
 	return out
 }
 
-// huntFront looks at the keys' lines for up to a second and a half,
-// for a worker to strike: for a kill, one with the first two tickets of
-// a line (else, seen last, one with two tickets in one line); for a
-// pause, one with the first. It returns nil when none was seen.
+// huntFront looks at the keys' lines for a worker to strike: for a
+// kill, one with the first two tickets of a line (else, seen last, one
+// with two tickets in one line); for a pause, one with the first. It
+// looks for a second and a half, or for a kill up to four seconds; and
+// until the run's first strike of the kind, up to six for a pause and
+// twelve for a kill (the strike is what the run must show, and a line
+// read can take a second on a busy machine, or meet a counter the
+// garbler just spoiled). It returns nil when none was seen.
 func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSecond bool) {
 	lines := c.lineKeys()
+	look, struck := 1500*time.Millisecond, c.fair.snapshot()
+	if !kill && struck.HeadPauses == 0 {
+		look = 6 * time.Second
+	}
 	if kill {
 		lines = lines[:1] // the workers' crowds wait for the first key's lock
+		look = 4 * time.Second
+		if struck.BunchKills == 0 {
+			look = 12 * time.Second
+		}
 	}
 	var bunch *workerSlot
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	deadline := time.Now().Add(look)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, lk := range lines {
-			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			info, err := c.lines.Line(lctx, lk[0], lk[1])
 			cancel()
 			if err != nil || len(info.Tickets) == 0 {
@@ -251,6 +302,9 @@ func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSe
 					bunch = cand
 				}
 			}
+			if bunch != nil && time.Until(deadline) < look/2 {
+				return bunch, false
+			}
 		}
 		if !sleep(ctx, 100*time.Millisecond) {
 			break
@@ -269,6 +323,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 	sdk := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 5))
+	struckBoth := false
 	for gen := 1; ctx.Err() == nil; gen++ {
 		fl := mutexcheck.Fair(flavours[gen%len(flavours)])
 		name := fmt.Sprintf("x%d-crowd-%s", gen, fl.Name)
@@ -312,12 +367,13 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 			// server, or with a read lost to a fault, one look may see
 			// none of them yet.
 			inLine := 0
-			for look := 0; look < 25 && inLine < 2 && ctx.Err() == nil; look++ {
+			lookUntil := time.Now().Add(5 * time.Second)
+			for look := 0; inLine < 2 && time.Now().Before(lookUntil) && ctx.Err() == nil; look++ {
 				if look > 0 {
 					sleep(ctx, 200*time.Millisecond)
 				}
 				inLine = 0
-				lctx, lcancel := context.WithTimeout(ctx, time.Second)
+				lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
 				if info, err := c.lines.Line(lctx, key, ""); err == nil {
 					for _, tk := range info.Tickets {
 						if tk.OwnerName == name {
@@ -346,6 +402,10 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 				}
 				t.CrowdInLine += inLine
 				t.CrowdMostInLine = max(t.CrowdMostInLine, inLine)
+				if t.CrowdCancels > 0 && t.CrowdCloses > 0 && !struckBoth {
+					struckBoth = true
+					close(c.crowdStruckBoth)
+				}
 			})
 		}
 		cancel()
@@ -388,12 +448,16 @@ func (c *chaos) garbleLines(ctx context.Context) {
 			in.ConditionExpression = aws.String("attribute_not_exists(#pk)")
 			in.ExpressionAttributeNames = map[string]string{"#pk": pkName}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := ddb.PutItem(pctx, in)
+		timedOut := pctx.Err() != nil
 		cancel()
 		var cond *types.ConditionalCheckFailedException
 		switch {
-		case errors.As(err, &cond), ctx.Err() != nil:
+		// A put that ran out of time on a starved machine may have
+		// landed or not: garbage either way, which the waiters must
+		// cope with; it is not counted.
+		case errors.As(err, &cond), ctx.Err() != nil, err != nil && timedOut:
 			return false
 		case err != nil:
 			c.problem("garbler: %v", err)

@@ -179,6 +179,7 @@ type chaos struct {
 
 	kills, pauses, longPauses, abandons atomic.Int64
 	fair                                fairCounts
+	crowdStruckBoth                     chan struct{} // closed once a crowd was cancelled and one closed under
 	// lines reads the keys' lines for the disturber (fair_test.go).
 	lines *ddblock.Client
 
@@ -194,6 +195,8 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 		t: t, cfg: cfg, env: newEnv(t), bin: workerBinary(t),
 		dir:      t.TempDir(),
 		problems: make(chan string, 1000),
+
+		crowdStruckBoth: make(chan struct{}),
 	}
 	if *logDir != "" {
 		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
@@ -246,7 +249,26 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 		holdersDone.Go(func() { c.runCrowd(holders, p) })
 	}
 
-	chaosCtx, stopChaos := context.WithTimeout(context.Background(), cfg.Duration)
+	chaosCtx, stopChaos := context.WithCancel(context.Background())
+	go func() {
+		// The trouble lasts cfg.Duration, and with a crowd until it has
+		// been struck both ways (cancelled, and closed under), up to
+		// half a minute more: on a slow machine a crowd's generation
+		// (line up, strike, wind down) can take most of ten seconds.
+		select {
+		case <-time.After(cfg.Duration):
+		case <-chaosCtx.Done():
+			return
+		}
+		if cfg.Crowd > 0 {
+			select {
+			case <-c.crowdStruckBoth:
+			case <-time.After(30 * time.Second):
+			case <-chaosCtx.Done():
+			}
+		}
+		stopChaos()
+	}()
 	var chaosDone sync.WaitGroup
 	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
 	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
