@@ -479,6 +479,11 @@ func (a *acquisition) staleByStamp() bool {
 // one, conditioned on its version number being unchanged.
 func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	c := a.c
+	unreserve, refused := c.reserveHeartbeat()
+	if refused != "" {
+		return nil, a.fail(CodeTooManyLocks, refused, nil)
+	}
+	defer unreserve()
 	now := c.clock.Now()
 	info := &LockInfo{
 		PartitionKey:         a.pk,

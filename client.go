@@ -50,6 +50,9 @@ type Client struct {
 	mu     sync.Mutex
 	closed bool
 	locks  map[string]*Lock
+	// hbReserved counts the puts in flight that took room in the
+	// heartbeat schedule (reserveHeartbeat); guarded by mu.
+	hbReserved int
 
 	observations *observations
 	waiters      *waitRoom // goroutines waiting for the same key (waiters.go)
@@ -264,6 +267,43 @@ func (c *Client) register(l *Lock) error {
 	}
 	c.locks[l.id] = l
 	return nil
+}
+
+// heartbeatCapacity is how many locks the client's heartbeats can keep
+// at an explicit HeartbeatTPS: one heartbeat per lock per period, so
+// HeartbeatTPS × HeartbeatPeriod (at least one). It is zero, no limit,
+// when the pacing is adaptive (the sends spread over the period, as
+// fast as the server answers) or with a session lease (one heartbeat,
+// of the session, covers every lock).
+func (c *Client) heartbeatCapacity() int {
+	if c.opts.SessionLease || c.opts.HeartbeatTPS <= 0 {
+		return 0
+	}
+	return max(int(float64(c.opts.HeartbeatTPS)*c.opts.HeartbeatPeriod.Seconds()), 1)
+}
+
+// reserveHeartbeat takes room in the heartbeat schedule for a lock about
+// to be put. When the held locks and the puts in flight fill it, it
+// returns instead why (the message of a TOO_MANY_LOCKS). The returned
+// function gives the room back: call it once the put has failed, or
+// once register has counted the lock among the held ones.
+func (c *Client) reserveHeartbeat() (unreserve func(), refused string) {
+	limit := c.heartbeatCapacity()
+	if limit == 0 {
+		return func() {}, ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held := len(c.locks); held+c.hbReserved >= limit {
+		return nil, fmt.Sprintf("the client holds %d locks and is putting %d more, all its heartbeats can keep: %d a second (HeartbeatTPS) × a %v period",
+			held, c.hbReserved, c.opts.HeartbeatTPS, c.opts.HeartbeatPeriod)
+	}
+	c.hbReserved++
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		c.hbReserved--
+		c.mu.Unlock()
+	}), ""
 }
 
 // unregister drops l from the held set, if it is there.

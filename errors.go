@@ -125,6 +125,20 @@ const (
 	CodeAccessDenied Code = "ACCESS_DENIED"
 )
 
+// A limit the client cannot go past without putting its locks at risk.
+const (
+	// CodeTooManyLocks: an acquire was refused because the client holds
+	// as many locks as its heartbeats can keep: with an explicit
+	// [Options.HeartbeatTPS] it sends at most HeartbeatTPS ×
+	// HeartbeatPeriod heartbeats a period, one per lock, and a lock
+	// more would make every lock's heartbeats late. It is answered at
+	// once, before any call, and nothing was written. Release a lock,
+	// raise HeartbeatTPS, leave it adaptive (-1, the default, which
+	// has no such limit), or use [WithSessionLease], whose one
+	// heartbeat covers every lock.
+	CodeTooManyLocks Code = "TOO_MANY_LOCKS"
+)
+
 // Error is the one error type ddblock returns. Match a kind with
 // errors.Is against the Err… sentinels, or read the fields with errors.As:
 //
@@ -238,6 +252,9 @@ var ErrAlreadyHeld = &Error{Code: CodeAlreadyHeld}
 
 // The sentinel for CodeAccessDenied.
 var ErrAccessDenied = &Error{Code: CodeAccessDenied}
+
+// The sentinel for CodeTooManyLocks.
+var ErrTooManyLocks = &Error{Code: CodeTooManyLocks}
 
 // callCode is the code of a DynamoDB call's failure that nothing more
 // precise explains: CodeAccessDenied when AWS refused the permission or

@@ -222,12 +222,30 @@ func TestReleaseAndReacquireWithinRound(t *testing.T) {
 	}
 }
 
-// With an explicit TPS too low for the locks, sends go exactly 1/TPS
-// apart, every lock in turn, and the rounds are counted late.
-func TestExplicitTPSPacing(t *testing.T) {
+// With an explicit TPS, sends go exactly 1/TPS apart, every lock in
+// turn, and the client holds at most TPS × period locks: one lock more
+// would make every lock's heartbeats late (before, a fourth lock at two
+// a second and a one-second period made each lock wait two periods, and
+// the rounds were counted late). The acquire past the limit is refused
+// at once with TOO_MANY_LOCKS, with no write; a release makes room.
+func TestExplicitTPSPacingAndLimit(t *testing.T) {
 	c, clk, rec := scheduleClient(t, ddblock.WithHeartbeatTPS(2))
 	start := clk.Monotonic()
-	acquireN(t, c, "a", "b", "c", "d") // 4 a second wanted, 2 allowed
+	locks := acquireN(t, c, "a", "b") // 2 a second, 1 s period: room for 2
+	_, err := c.AcquireLock(context.Background(), "c", ddblock.WithRetryTimeout(time.Minute))
+	if !errors.Is(err, ddblock.ErrTooManyLocks) {
+		t.Fatalf("a third lock at 2 heartbeats a second and a 1 s period: %v; want TOO_MANY_LOCKS", err)
+	}
+	if _, err := c.TryAcquireLock(context.Background(), "c"); !errors.Is(err, ddblock.ErrTooManyLocks) {
+		t.Fatalf("TryAcquireLock of a third lock: %v; want TOO_MANY_LOCKS", err)
+	}
+	if _, err := c.GetLock(context.Background(), "c", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
+		t.Fatalf("the refused lock's item: %v; want none written", err)
+	}
+	// Two locks put at once cannot both be sent on time in their first
+	// period, 1/TPS apart; from the third period on, every round is.
+	drive(t, clk, c, start+2*time.Second)
+	lateAtFirst := c.Stats().LateRounds
 	drive(t, clk, c, start+8*time.Second)
 	got := rec.heartbeats(start)
 	if len(got) < 12 {
@@ -237,12 +255,28 @@ func TestExplicitTPSPacing(t *testing.T) {
 		if d := got[i].at - got[i-1].at; d != 500*time.Millisecond {
 			t.Errorf("sends %d and %d are %v apart; want 500ms (%v)", i-1, i, d, got)
 		}
-		if i >= 4 && got[i].key != got[i-4].key {
+		if i >= 2 && got[i].key != got[i-2].key {
 			t.Errorf("send %d is %s; want each lock in turn (%v)", i, got[i].key, got)
 		}
 	}
-	if c.Stats().LateRounds == 0 {
-		t.Error("no late round, though each lock waits two periods")
+	if n := c.Stats().LateRounds - lateAtFirst; n != 0 {
+		t.Errorf("%d late rounds after the first two periods, with the locks within what the TPS keeps", n)
+	}
+	if err := locks[0].Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AcquireLock(context.Background(), "c"); err != nil {
+		t.Fatalf("a lock after a release made room: %v", err)
+	}
+}
+
+// A session lease's one heartbeat covers every lock: an explicit TPS
+// limits nothing then.
+func TestExplicitTPSWithSessionHasNoLockLimit(t *testing.T) {
+	c, _, _ := scheduleClient(t, ddblock.WithHeartbeatTPS(1), ddblock.WithSessionLease())
+	acquireN(t, c, "a", "b", "c", "d")
+	if n := len(c.HeldLocks()); n != 4 {
+		t.Fatalf("%d locks held; want 4", n)
 	}
 }
 
