@@ -10,8 +10,10 @@ GOTEST := go test -race -count=1
 test: vet test-dynalite test-dynamodb-local
 	$(MAKE) fuzz FUZZTIME=10s
 
+## vet: go vet, and go.mod and go.sum as go mod tidy would write them.
 vet:
 	go vet ./...
+	go mod tidy -diff
 
 ## test-dynalite, test-dynamodb-local: the whole suite against one server.
 test-dynalite:
