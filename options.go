@@ -666,12 +666,6 @@ func WithSortKeyValue(sortKey string) AcquireOption {
 	return func(o *AcquireOptions) { o.SortKey = sortKey }
 }
 
-// WithSortKey sets [AcquireOptions.SortKey].
-//
-// Deprecated: Use [WithSortKeyValue], whose name cannot be mistaken for
-// the client option [WithSortKeyName].
-func WithSortKey(sortKey string) AcquireOption { return WithSortKeyValue(sortKey) }
-
 // WithRetryPeriod sets [AcquireOptions.RetryPeriod].
 func WithRetryPeriod(d time.Duration) AcquireOption {
 	return func(o *AcquireOptions) { o.RetryPeriod = d }

@@ -363,22 +363,3 @@ func TestOptionOrderDoesNotMatter(t *testing.T) {
 	}
 	t.Logf("%d pairs, %d refused", pairs, refused)
 }
-
-// TestDeprecatedNamesForward: the old names of renamed options still
-// compile and do what the new ones do.
-func TestDeprecatedNamesForward(t *testing.T) {
-	var a, b ddblock.AcquireOptions
-	ddblock.WithSortKey("x")(&a) //nolint:staticcheck // the deprecated name under test
-	ddblock.WithSortKeyValue("x")(&b)
-	if a.SortKey != "x" || b.SortKey != "x" {
-		t.Errorf("WithSortKey: %q, WithSortKeyValue: %q; want both \"x\"", a.SortKey, b.SortKey)
-	}
-	names := ddblock.Options{TableName: "tbl", PartitionKeyName: "p", SortKeyName: "s", TTLAttributeName: "t", PartitionKeyOnly: true}
-	var ta, tb ddblock.TableOptions
-	ddblock.WithTableNames(names)(&ta) //nolint:staticcheck // the deprecated name under test
-	ddblock.WithNamesFromOptions(names)(&tb)
-	want := ddblock.TableOptions{TableName: "tbl", PartitionKeyName: "p", SortKeyName: "s", TTLAttributeName: "t", PartitionKeyOnly: true}
-	if ta != want || tb != want {
-		t.Errorf("WithTableNames: %+v, WithNamesFromOptions: %+v; want %+v", ta, tb, want)
-	}
-}

@@ -91,13 +91,6 @@ func nameOrDefault(name, def string) string {
 	return name
 }
 
-// WithTableNames sets the table's name and its key and TTL attribute
-// names from a client's options.
-//
-// Deprecated: Use [WithNamesFromOptions], whose name cannot be mistaken
-// for the client option [WithTableName].
-func WithTableNames(o Options) TableOption { return WithNamesFromOptions(o) }
-
 // WithProvisionedCapacity sets [TableOptions.ReadCapacity] and
 // [TableOptions.WriteCapacity], and provisioned billing: given with
 // [WithOnDemand], in either order, it is refused.

@@ -141,7 +141,7 @@ func TestSupervisorEvents(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			lock := f.acquire("me", "job", ddblock.WithSortKey("-"))
+			lock := f.acquire("me", "job", ddblock.WithSortKeyValue("-"))
 			pgid := commandGroup(t)
 			var stderr syncBuffer
 			s := newSupervisor(lock, &stderr)
@@ -177,7 +177,7 @@ func TestSupervisorEvents(t *testing.T) {
 // heartbeat's deadline follows.
 func TestSupervisorForwardsSignalsAndDeadlines(t *testing.T) {
 	f := newFixture(t)
-	lock := f.acquire("me", "job", ddblock.WithSortKey("-"))
+	lock := f.acquire("me", "job", ddblock.WithSortKeyValue("-"))
 	var stderr syncBuffer
 	s := newSupervisor(lock, &stderr)
 	s.tm.heartbeat = 20 * time.Millisecond // polls every 5 ms
@@ -209,7 +209,7 @@ func TestSupervisorLockLostGuardSilent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { closeClient(c) })
-	lock, err := c.AcquireLock(context.Background(), "job", ddblock.WithSortKey("-"))
+	lock, err := c.AcquireLock(context.Background(), "job", ddblock.WithSortKeyValue("-"))
 	if err != nil {
 		t.Fatal(err)
 	}
