@@ -282,6 +282,9 @@ func libError(err error, table string) error {
 		return fail(exitBusy, "%v", err)
 	case ddblock.CodeLockNotFound:
 		return fail(exitNotFound, "no lock %s in table %q", lockName(e.PartitionKey, e.SortKey), table)
+	case ddblock.CodeInvalidItem:
+		// Data another client wrote that ddblock cannot read.
+		return fail(exitDataErr, "%v", err)
 	case ddblock.CodeCanceled:
 		return fail(exitSignalBase+2, "interrupted")
 	case ddblock.CodeUnknown:

@@ -122,7 +122,7 @@ func TestExitStatusOfATableWithOtherKeys(t *testing.T) {
 // status ddblock gives; run --help lists every variable the command gets.
 func TestExitStatusesDocumented(t *testing.T) {
 	f := newFixture(t)
-	statuses := []int{exitOK, exitNotFound, exitUsage, exitUnavailable, exitInternal, exitCantCreate,
+	statuses := []int{exitOK, exitNotFound, exitUsage, exitDataErr, exitUnavailable, exitInternal, exitCantCreate,
 		exitBusy, exitLockLost, exitNoPerm, exitConfig, exitCannotExecute, exitCommandNotFound}
 	help := f.runRaw("--help").stdout
 	doc, err := os.ReadFile("../../doc/cli.md")

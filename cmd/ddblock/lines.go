@@ -273,7 +273,7 @@ func strAttr(item map[string]types.AttributeValue, name string) string {
 // it.
 func lineError(err error, conn *connFlags, pk, sk string) error {
 	if errors.Is(err, ddblock.ErrInvalidItem) {
-		return fail(exitInternal, "%v (clear it with: ddblock release --force %s)", trimmed{err}, lineKeyArgs(conn, pk, sk))
+		return fail(exitDataErr, "%v (clear it with: ddblock release --force %s)", trimmed{err}, lineKeyArgs(conn, pk, sk))
 	}
 	return libError(err, conn.table)
 }
@@ -395,7 +395,7 @@ func getTicket(ctx context.Context, env *environ, client *ddblock.Client, conn *
 		if len(item) == 0 {
 			return fail(exitNotFound, "no ticket %s in table %q: its waiter left the line, or the line was cleared", lockName(key, sk), conn.table)
 		}
-		return fail(exitInternal, "%s is not a ticket ddblock could have written (no %s)", lockName(key, sk), wire.AttrTicketID)
+		return fail(exitDataErr, "%s is not a ticket ddblock could have written (no %s)", lockName(key, sk), wire.AttrTicketID)
 	}
 	d := ticketDetailJSON{LineKey: lineKeyPrefix + lockPK, Key: lockPK, SortKey: sk, Number: n}
 	if name, ok := client.SemaphoreNameOf(lockPK, sk); ok {

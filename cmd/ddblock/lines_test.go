@@ -340,8 +340,8 @@ func TestGarbledLine(t *testing.T) {
 		t.Errorf("ls with a garbled line: %v", r)
 	}
 	r = f.run("get", "ddblock_line#junk")
-	if r.code != exitInternal {
-		t.Errorf("get of a garbled line: %v; want exit %d", r, exitInternal)
+	if r.code != exitDataErr {
+		t.Errorf("get of a garbled line: %v; want exit %d", r, exitDataErr)
 	}
 	oneLineOn(t, r, "clear it with: ddblock release --force ddblock_line#junk")
 	r = f.run("release", "--force", "ddblock_line#junk")

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 const lsAbout = `
@@ -277,6 +278,12 @@ there is no such lock. Given a semaphore's metadata item (sort key
 shows the semaphore: its number of slots and its held slots. When fair
 waiters wait in the lock's line, a "waiting in line" line says how many.
 
+An item at KEY that ddblock cannot read (another client wrote it: an
+attribute missing or of the wrong type, a semaphore's metadata item with
+no valid number of slots) is shown as it is stored, every attribute in
+DynamoDB's JSON, with what is wrong and how to clear it; get then exits
+65.
+
 Given a line of fair waiters, KEY ddblock_line#LOCK (with LOCK's sort
 key), it shows the line of LOCK: its waiters in order, the first next to
 try, and whether LOCK is held (exit 1 when nobody waits in it). Given a
@@ -316,7 +323,15 @@ func cmdGet(ctx context.Context, env *environ, args []string) error {
 	}
 	info, err := client.GetLock(ctx, pos[0], sortKey)
 	if name, ok := semaphoreMetaName(client, err, pos[0], sortKey); ok {
+		// getSemaphore reads it again; a metadata item (or a slot) that
+		// is not valid is described here instead.
+		if _, serr := client.GetSemaphore(ctx, name); ddblock.CodeOf(serr) == ddblock.CodeInvalidItem {
+			return getUnreadable(ctx, env, client, &conn, serr, pos[0], sortKey, asJSON)
+		}
 		return getSemaphore(ctx, env, client, &conn, name, asJSON)
+	}
+	if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+		return getUnreadable(ctx, env, client, &conn, err, pos[0], sortKey, asJSON)
 	}
 	if err != nil {
 		return notFoundWithLine(ctx, client, &conn, err, pos[0], sortKey)
@@ -582,4 +597,136 @@ func cell(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// Items ddblock cannot read. Another client, a script or a person may
+// write anything at a lock's key: an owner_name that is a number, a
+// semaphore's metadata item without a valid number of slots. Such an item
+// is the table's data, not ddblock's failure: get shows it as stored,
+// release --force removes it, resize rewrites a semaphore's metadata
+// item, and every command that meets one exits exitDataErr saying which
+// of these clears it.
+
+// unreadableJSON is get --json's object for an item ddblock cannot read.
+type unreadableJSON struct {
+	Key     string `json:"key"`
+	SortKey string `json:"sort_key"`
+	// Unreadable is always true: it tells this object from a lock's, a
+	// semaphore's or a line's.
+	Unreadable bool `json:"unreadable"`
+	// Problem is what is wrong with the item, as the library found it.
+	Problem string `json:"problem"`
+	// Item is every attribute as stored, in DynamoDB's JSON (the AWS
+	// CLI's: {"S": "…"}, {"N": "…"}), which keeps the types that decide
+	// whether ddblock can read it.
+	Item map[string]json.RawMessage `json:"item"`
+}
+
+// invalidItem returns the key of the item that err (of CodeInvalidItem)
+// is about, and what is wrong with it; the key is pk/sk when err names
+// none.
+func invalidItem(err error, pk, sk string) (ipk, isk, problem string) {
+	var e *ddblock.Error
+	if !errors.As(err, &e) {
+		return pk, sk, err.Error()
+	}
+	if e.PartitionKey != "" {
+		pk, sk = e.PartitionKey, e.SortKey
+	}
+	return pk, sk, e.Message
+}
+
+// clearHint says how to clear the item ddblock cannot read at pk/sk, item
+// as read (nil when not read): a semaphore's metadata item is rewritten by
+// resize, unless a lock item stands at its key; a line is cleared whole,
+// ticket and counter; any other item is removed by release --force.
+func clearHint(client *ddblock.Client, conn *connFlags, pk, sk string, item map[string]types.AttributeValue) string {
+	_, isLock := item[wire.AttrRVN]
+	if name, ok := client.SemaphoreNameOf(pk, sk); ok && !isLock {
+		return "repair it with: ddblock resize " + cell(name) + " N"
+	}
+	if lockPK, ok := strings.CutPrefix(pk, lineKeyPrefix); ok {
+		return "clear it with: ddblock release --force " + lineKeyArgs(conn, lockPK, sk)
+	}
+	if _, _, lockPK, ok := parseTicketKey(pk); ok {
+		return "clear its line with: ddblock release --force " + lineKeyArgs(conn, lockPK, sk)
+	}
+	return "remove it with: ddblock release --force " + keyArgs(conn, pk, sk)
+}
+
+// unreadableError is the exit of a command that met, where it wanted a
+// lock, a semaphore or a line, an item ddblock cannot read (err, of
+// CodeInvalidItem): what the command could not do (subject), what is
+// wrong with which item, and how to see and clear it.
+func unreadableError(client *ddblock.Client, conn *connFlags, subject string, err error, pk, sk string) error {
+	pk, sk, _ = invalidItem(err, pk, sk)
+	return fail(exitDataErr, "%s: %v: an item ddblock cannot read, which no lease ends; see it with: ddblock get %s; %s",
+		subject, trimmed{err}, keyArgs(conn, pk, sk), clearHint(client, conn, pk, sk, nil))
+}
+
+// unreadableText is the first line of what get and release show of an
+// item ddblock cannot read: which item, and what is wrong with it.
+func unreadableText(pk, sk, problem string) string {
+	return fmt.Sprintf("%s is not an item ddblock can read: %s", lockName(pk, sk), problem)
+}
+
+// writeUnreadable shows an item ddblock cannot read, for people: head (a
+// line saying what is wrong), its key, and every other attribute as
+// stored, by name, in DynamoDB's JSON; names and values are made
+// terminal-safe, head too.
+func writeUnreadable(w io.Writer, conn *connFlags, head, pk, sk string, item map[string]types.AttributeValue) error {
+	fmt.Fprintln(w, oneLine(head))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\n", cell(pk))
+	if !conn.pkOnly {
+		fmt.Fprintf(tw, "sort key\t%s\n", cell(sk))
+	}
+	for _, name := range slices.Sorted(maps.Keys(item)) {
+		if name == conn.pkName || (name == conn.skName && !conn.pkOnly) {
+			continue
+		}
+		fmt.Fprintf(tw, "attribute %s\t%s\n", cell(name), rawAttrText(item[name]))
+	}
+	return tw.Flush()
+}
+
+// rawAttrText is one attribute value as stored, for people: DynamoDB's
+// JSON of it, made terminal-safe as attrText makes its values.
+func rawAttrText(v types.AttributeValue) string {
+	b, err := cliAttr(v)
+	if err != nil {
+		return fmt.Sprintf("<%v>", err)
+	}
+	return termSafe(strings.ReplaceAll(string(b), "\x7f", `\u007f`))
+}
+
+// getUnreadable is get on a key where ddblock found an item it cannot
+// read (err; the item may be another one, such as a semaphore's slot when
+// its metadata item was asked for): it shows that item as stored and
+// exits exitDataErr.
+func getUnreadable(ctx context.Context, env *environ, client *ddblock.Client, conn *connFlags, err error, pk, sk string, asJSON bool) error {
+	pk, sk, problem := invalidItem(err, pk, sk)
+	item, rerr := conn.rawItem(ctx, pk, sk)
+	if rerr != nil {
+		return rerr
+	}
+	if len(item) == 0 {
+		return fail(exitNotFound, "no item %s in table %q any more: it was removed as it was read", lockName(pk, sk), conn.table)
+	}
+	hint := clearHint(client, conn, pk, sk, item)
+	if asJSON {
+		raw, jerr := cliAttrMap(item)
+		if jerr != nil {
+			return jerr
+		}
+		if werr := writeJSON(env.stdout, unreadableJSON{Key: pk, SortKey: sk, Unreadable: true, Problem: problem, Item: raw}); werr != nil {
+			return werr
+		}
+	} else {
+		if werr := writeUnreadable(env.stdout, conn, unreadableText(pk, sk, problem), pk, sk, item); werr != nil {
+			return werr
+		}
+		fmt.Fprintln(env.stdout, hint)
+	}
+	return fail(exitDataErr, "%s; %s", unreadableText(pk, sk, problem), hint)
 }

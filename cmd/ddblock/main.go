@@ -31,11 +31,18 @@ const (
 	// exitUsage: bad flags or arguments, or settings that cannot work
 	// together (EX_USAGE).
 	exitUsage = 64
+	// exitDataErr: where a lock, a semaphore or a line was expected, the
+	// table holds an item that ddblock cannot read: another client or a
+	// person wrote it (EX_DATAERR). It is not exitInternal, which says
+	// that ddblock itself went wrong; the message says how to clear the
+	// item (release --force, or resize for a semaphore's metadata).
+	exitDataErr = 65
 	// exitUnavailable: DynamoDB could not be used: the table does not
 	// exist, the server cannot be reached (EX_UNAVAILABLE).
 	exitUnavailable = 69
 	// exitInternal: anything else that went wrong (EX_SOFTWARE),
-	// including the guard of run's command ending unexpectedly.
+	// including the guard of run's command ending unexpectedly: meant for
+	// ddblock's own failures, not for data in the table (exitDataErr).
 	exitInternal = 70
 	// exitCantCreate: create-table found the table there already
 	// (EX_CANTCREAT).
@@ -180,8 +187,13 @@ func report(env *environ, name string, err error) int {
 	var e *exitError
 	if !errors.As(err, &e) {
 		code := exitInternal
-		if ddblock.CodeOf(err) == ddblock.CodeAccessDenied || wire.AccessDenied(err) {
+		switch {
+		case ddblock.CodeOf(err) == ddblock.CodeAccessDenied || wire.AccessDenied(err):
 			code = exitNoPerm
+		case ddblock.CodeOf(err) == ddblock.CodeInvalidItem:
+			// The table's data, not ddblock's fault, even where a
+			// command did not say so itself.
+			code = exitDataErr
 		}
 		e = &exitError{code: code, msg: oneLine(err.Error())}
 	}
@@ -210,9 +222,11 @@ AWS settings come from the SDK's default chain (AWS_REGION, AWS_PROFILE,
 AWS_ENDPOINT_URL_DYNAMODB point at a local server.
 
 Exit statuses: 0 success; 1 no such lock (or line); 64 usage (bad flags
-or arguments); 69 DynamoDB unavailable (table missing, server unreachable);
-70 internal error; 73 create-table: the table exists already; 75 lock busy
-(not acquired within --wait, or changed before release could remove it,
+or arguments); 65 an item at the key that ddblock cannot read (another
+client wrote it; the message says how to clear it); 69 DynamoDB
+unavailable (table missing, server unreachable); 70 internal error; 73
+create-table: the table exists already; 75 lock busy (not acquired
+within --wait, or changed before release could remove it,
 or attached to a live session: see release --help; or resize's holders
 above the new number still held their slots); 76 lock lost while
 the command ran; 77 permission or credentials refused by AWS (the message

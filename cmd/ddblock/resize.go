@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -11,7 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 const resizeAbout = `
@@ -30,7 +35,13 @@ would take it over. Once no slot numbered N or above is held, resize exits
 
 Should --wait pass (or SIGINT or SIGTERM come) first, it exits 75 and
 names the holders still above N; the new number stays in force, and
-running resize again waits on.`
+running resize again waits on.
+
+A metadata item that holds no valid number of slots (another client wrote
+it) is shown as stored and rewritten with N, if it is still as read (exit
+75 otherwise), and the resize goes on as above. A lock item at its key, or
+a slot that ddblock cannot read, is left alone (exit 65): the message
+names the release --force that removes it.`
 
 func cmdResize(ctx context.Context, env *environ, args []string) error {
 	var (
@@ -73,13 +84,23 @@ func cmdResize(ctx context.Context, env *environ, args []string) error {
 		return libError(err, conn.table)
 	}
 	before, err := client.GetSemaphore(ctx, name)
+	repaired := false
+	if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+		if repaired, err = repairSemaphore(ctx, env, client, &conn, name, n, err); err != nil {
+			return err
+		}
+		// Read again, to name the holders above n that resize waits for.
+		before, err = client.GetSemaphore(ctx, name)
+	}
 	switch {
 	case errors.Is(err, ddblock.ErrLockNotFound):
 		fmt.Fprintf(env.stdout, "semaphore %s is new: it gets %d slots\n", cell(name), n)
 	case err != nil:
-		return libError(err, conn.table)
+		return resizeError(client, &conn, name, err)
 	default:
-		fmt.Fprintf(env.stdout, "semaphore %s: %d slots, now %d\n", cell(name), before.Slots, n)
+		if !repaired {
+			fmt.Fprintf(env.stdout, "semaphore %s: %d slots, now %d\n", cell(name), before.Slots, n)
+		}
 		if above := slotsAbove(before, n); len(above) > 0 {
 			fmt.Fprintf(env.stdout, "waiting for the holders above the new number to release their slots (they are not stopped): %s\n",
 				strings.Join(above, ", "))
@@ -97,7 +118,7 @@ func cmdResize(ctx context.Context, env *environ, args []string) error {
 		return fail(exitBusy, "%v", trimmed{err})
 	}
 	if err != nil {
-		return libError(err, conn.table)
+		return resizeError(client, &conn, name, err)
 	}
 	fmt.Fprintf(env.stdout, "semaphore %s has %d slots: no slot numbered %d or above is held, and at most %d holders work at once from now on\n",
 		cell(name), n, n, n)
@@ -113,4 +134,77 @@ func slotsAbove(info *ddblock.SemaphoreInfo, n int) []string {
 		}
 	}
 	return out
+}
+
+// resizeError is resize's exit for a failed read or write: a slot item
+// that ddblock cannot read (one whose holder cannot be told) says how to
+// remove it.
+func resizeError(client *ddblock.Client, conn *connFlags, name string, err error) error {
+	if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+		pk, sk := metadataKey(conn, name)
+		return unreadableError(client, conn, "semaphore "+cell(name)+" cannot be resized", err, pk, sk)
+	}
+	return libError(err, conn.table)
+}
+
+// metadataKey is the key of semaphore name's metadata item.
+func metadataKey(conn *connFlags, name string) (pk, sk string) {
+	if conn.pkOnly {
+		return name + "#slots", ""
+	}
+	return name, "slots"
+}
+
+// repairSemaphore rewrites the metadata item of semaphore name, which
+// holds no valid number of slots (err, of CodeInvalidItem, says what is
+// wrong), with n slots, on the condition that it is still as read. The
+// count of resizes goes on from the one read (1 when there is none), so
+// that clients asking for another number follow the operator's, as after
+// any resize. Which slots may be held, the garbled item no longer says: on
+// a table with a sort key, Resize finds every slot item whatever its
+// index; without one, where it reads slots 0 to the span one by one, the
+// span is set to every slot a semaphore can have, and Resize narrows it
+// once it has seen them. An error about another item (a slot) is
+// resize's exit for it. repaired is false when the item was gone when
+// read again: Resize writes a new one.
+func repairSemaphore(ctx context.Context, env *environ, client *ddblock.Client, conn *connFlags, name string, n int, err error) (repaired bool, _ error) {
+	pk, sk := metadataKey(conn, name)
+	ipk, isk, problem := invalidItem(err, pk, sk)
+	if ipk != pk || isk != sk {
+		return false, resizeError(client, conn, name, err)
+	}
+	item, err := conn.rawItem(ctx, pk, sk)
+	if err != nil {
+		return false, err
+	}
+	if len(item) == 0 {
+		return false, nil
+	}
+	if _, isLock := item[wire.AttrRVN]; isLock {
+		return false, fail(exitDataErr, "semaphore %s cannot be resized: the key of its metadata item, %s, holds a lock item (%s), "+
+			"not a semaphore's metadata: see it with: ddblock get %s; remove it with: ddblock release --force %s",
+			cell(name), lockName(pk, sk), problem, keyArgs(conn, pk, sk), keyArgs(conn, pk, sk))
+	}
+	head := fmt.Sprintf("semaphore %s: %s; rewriting it with %d slots", cell(name), problem, n)
+	if err := writeUnreadable(env.stdout, conn, head, pk, sk, item); err != nil {
+		return false, err
+	}
+	next := wire.SemaphoreMeta{Slots: n, Resizes: 1}
+	if v, ok := item[wire.AttrSemaphoreResizes].(*types.AttributeValueMemberN); ok {
+		// A count that r+1 would overflow is as garbled as none.
+		if r, err := strconv.Atoi(strings.TrimSpace(v.Value)); err == nil && r >= 0 && r < math.MaxInt32 {
+			next.Resizes = r + 1
+		}
+	}
+	if conn.pkOnly && n < ddblock.MaxSemaphoreSlots {
+		next.Span = ddblock.MaxSemaphoreSlots
+	}
+	t := conn.wireTable()
+	in := t.ResizeSemaphore(pk, sk, nil, next)
+	c := asReadCondition(t, item)
+	in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = aws.String(c.expr), c.names, c.values
+	if _, err := conn.sdk.PutItem(ctx, in); err != nil {
+		return false, asReadError(err, "rewritten", pk, sk, conn)
+	}
+	return true, nil
 }

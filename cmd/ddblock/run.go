@@ -115,7 +115,9 @@ lock.
 Exit statuses: COMMAND's (128+N when killed by signal N); 75 the lock was
 not acquired within --wait (with --slots: no slot was free); 76 the lock
 was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
-found; 64 usage; 69 DynamoDB unavailable (with --session, also: the
+found; 64 usage; 65 an item at KEY (or the semaphore's) that ddblock
+cannot read, which it does not wait on: the message says how to clear
+it; 69 DynamoDB unavailable (with --session, also: the
 session's heartbeats were not landing at the end of --wait); 70 internal
 error (the guard died); 77 AWS refused a permission or the credentials
 (the message names the action); 78 the table's keys are not the ones configured,
@@ -540,6 +542,20 @@ func (r *runner) reportHolders(ctx context.Context, last string, start time.Time
 func (r *runner) acquireError(err error) error {
 	if err == nil {
 		return nil
+	}
+	if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
+		// Another client's data at the key (or the semaphore's): the
+		// library takes no such item over, and no lease ends it, so
+		// waiting cannot help; the operator can clear it.
+		pk, sk := r.key, r.sortKey
+		subject := "cannot take " + r.name()
+		if r.sem != nil {
+			pk, sk = metadataKey(&r.conn, r.key)
+			subject = "cannot take a slot of " + r.name()
+		} else if ipk, isk, _ := invalidItem(err, pk, sk); ipk == pk && isk == sk {
+			subject = "lock " + r.name() + " is not free"
+		}
+		return unreadableError(r.client, &r.conn, subject, err, pk, sk)
 	}
 	return libError(err, r.conn.table)
 }
