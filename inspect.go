@@ -116,7 +116,7 @@ func (c *Client) ListLocks(ctx context.Context) iter.Seq2[*LockInfo, error] {
 		return failed(err)
 	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
-		out, err := c.ddb.Scan(ctx, c.wire().Scan(start))
+		out, err := c.ddb.Scan(ctx, c.wire().Scan(start), c.callOpts("Scan")...)
 		if err != nil {
 			return pageResult{}, err
 		}
@@ -139,7 +139,7 @@ func (c *Client) ListLocksByPartitionKey(ctx context.Context, partitionKey strin
 		return failed(err)
 	}
 	return c.pages(ctx, func(start map[string]types.AttributeValue) (pageResult, error) {
-		out, err := c.ddb.Query(ctx, c.wire().ListPartition(partitionKey, start))
+		out, err := c.ddb.Query(ctx, c.wire().ListPartition(partitionKey, start), c.callOpts("Query")...)
 		if err != nil {
 			return pageResult{}, err
 		}
