@@ -490,10 +490,10 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		SortKey:              a.opts.SortKey,
 		OwnerName:            c.opts.OwnerName,
 		LeaseDuration:        c.opts.LeaseDuration,
-		RecordVersionNumber:  newRecordVersionNumber(),
+		RecordVersionNumber:  wire.NewRecordVersionNumber(),
 		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
 		AdditionalAttributes: a.opts.AdditionalAttributes,
-		Tenure:               newRecordVersionNumber(),
+		Tenure:               wire.NewRecordVersionNumber(),
 	}
 	if c.opts.MaxClockSkew > 0 {
 		info.HeartbeatTime = now
@@ -721,4 +721,44 @@ func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
+}
+
+// WithLock is the Go form of Python's `with client.acquire_lock(key):`.
+// It acquires the lock, runs fn, and releases the lock (best effort)
+// however fn ends.
+//
+// fn's context is cancelled the moment the lock is stolen, goes into
+// danger, or the client closes; context.Cause gives the lock's error.
+// WithLock returns fn's error unchanged. If fn returns nil although the
+// lock was lost while it ran, WithLock returns the lock's error: the work
+// may not have been exclusive.
+func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalidArg("fn", "must not be nil")
+	}
+	lock, err := c.AcquireLock(ctx, partitionKey, opts...)
+	if err != nil {
+		return err
+	}
+	lockCtx, cancel := lock.Context(ctx)
+	defer func() {
+		cancel()
+		// Release even when the caller's context is done.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
+		defer rcancel()
+		_ = c.ReleaseLock(rctx, lock)
+	}()
+	err = fn(lockCtx, lock)
+	if err == nil {
+		if lerr := lock.Err(); CodeOf(lerr) == CodeLockStolen || CodeOf(lerr) == CodeLockInDanger {
+			err = lerr
+		}
+	}
+	return err
 }

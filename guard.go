@@ -219,7 +219,7 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	req.TransactItems = append(req.TransactItems, types.TransactWriteItem{ConditionCheck: l.guardCheck()})
 	req.TransactItems = append(req.TransactItems, in.TransactItems...)
 	if aws.ToString(req.ClientRequestToken) == "" {
-		req.ClientRequestToken = aws.String(newRecordVersionNumber())
+		req.ClientRequestToken = aws.String(wire.NewRecordVersionNumber())
 	}
 	out, err := tw.TransactWriteItems(ctx, &req, append(c.callOpts("TransactWriteItems"), optFns...)...)
 	if err == nil {
@@ -460,24 +460,4 @@ func (l *Lock) guardFailed(item map[string]types.AttributeValue, cause error) {
 	l.mu.Lock()
 	defer l.unlock()
 	l.markStolenLocked("a guarded write found another acquisition of the key", cause)
-}
-
-// markStolenLocked ends a held lock as taken by another client: status
-// INVALID, LOCK_STOLEN, unregistered, counted and reported (once l.mu is
-// released with l.unlock). A lock no longer held (released meanwhile) is
-// left alone: its release reports it.
-func (l *Lock) markStolenLocked(msg string, cause error) {
-	if !l.heldLocked() {
-		return
-	}
-	c := l.client
-	l.status = StatusInvalid
-	l.finishLocked(l.lockError(CodeLockStolen, msg, cause))
-	c.unregister(l)
-	c.stats.stolen.Add(1)
-	c.callbacks.enqueue(l, CodeLockStolen)
-	l.reportLocked(func() {
-		c.opts.Metrics.LockStolen()
-		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk, "found_by", msg)
-	})
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -528,7 +529,7 @@ type sentHeartbeat struct {
 
 func (c *Client) sendHeartbeat(ctx context.Context, pk, sk, oldRVN string) (sentHeartbeat, error) {
 	now := c.clock.Now()
-	hb := sentHeartbeat{rvn: newRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
+	hb := sentHeartbeat{rvn: wire.NewRecordVersionNumber(), expiry: now.Add(c.opts.ExpiryPeriod)}
 	var stamp time.Time
 	if c.opts.MaxClockSkew > 0 {
 		stamp = now
@@ -596,5 +597,41 @@ func (c *Client) sendHeartbeatThroughConflicts(ctx context.Context, pk, sk, oldR
 			return hb, err
 		}
 		t.Stop()
+	}
+}
+
+// refreshItem sends one heartbeat: a conditional update of the item's
+// record version number and TTL. unknown lists version numbers written
+// by earlier heartbeats whose outcome is unknown (a timeout, a dropped
+// connection): any of them may be in the table. lost reports that the
+// item is someone else's now, or gone (found is then what is there, or
+// nil); a session item counts as someone else's once it lacks the
+// session mark. gate, when not nil, holds the holder's own guarded writes
+// back while a heartbeat refused by a transaction conflict is retried
+// (see sendHeartbeatThroughConflicts).
+func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool, gate *writeGate) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
+	hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, oldRVN, gate)
+	if err == nil || !wire.ConditionFailed(err) {
+		return hb, err, false, nil
+	}
+	// Someone took the item, or a write of ours landed without our
+	// hearing of it: this one (its reply lost and the SDK's retry failing
+	// the condition), or an earlier one. Only a read can tell.
+	info, rerr := c.readItem(ctx, pk, sk)
+	switch {
+	case rerr != nil && isSession && CodeOf(rerr) == CodeInvalidItem:
+		return hb, err, true, nil // not a lock item any more: not ours
+	case rerr != nil:
+		return hb, err, false, nil // unknown: a failed heartbeat, tried again
+	case info != nil && isSession && !info.IsSession:
+		return hb, err, true, info
+	case info != nil && info.RecordVersionNumber == hb.rvn:
+		return hb, nil, false, nil
+	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
+		// An earlier heartbeat landed: carry on from its version.
+		hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, info.RecordVersionNumber, gate)
+		return hb, err, err != nil && wire.ConditionFailed(err), nil // taken since that read
+	default:
+		return hb, err, true, info
 	}
 }

@@ -11,19 +11,6 @@ import (
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
-// readItem reads a lock item with a strongly consistent GetItem; nil
-// when there is none.
-func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error) {
-	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
-	if err != nil {
-		return nil, err
-	}
-	if len(out.Item) == 0 {
-		return nil, nil
-	}
-	return c.codec.decode(out.Item)
-}
-
 // GetLock reads the lock on (partitionKey, sortKey) from the table,
 // whoever holds it: Python's BaseDynamoDBLock. An empty sortKey means
 // the default, "-". It returns an error of CodeLockNotFound when there is

@@ -1,6 +1,7 @@
 package ddblock
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -10,9 +11,8 @@ import (
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
-// The lock item's attribute names and the expression placeholders are
-// internal/wire's, which owns every request the client sends; these are
-// the package's shorthands for them.
+// The lock item's attribute names are internal/wire's, which owns every
+// request the client sends; these are the package's shorthands for them.
 const (
 	attrOwnerName     = wire.AttrOwnerName
 	attrLeaseDuration = wire.AttrLeaseDuration
@@ -24,20 +24,6 @@ const (
 	attrSessionLease  = wire.AttrSessionLease
 	attrIsSession     = wire.AttrIsSession
 	attrTenure        = wire.AttrTenure
-
-	namePK     = wire.NamePK
-	nameSK     = wire.NameSK
-	nameRVN    = wire.NameRVN
-	nameTTL    = wire.NameTTL
-	valueRVN   = wire.ValueRVN
-	valueNew   = wire.ValueNew
-	valueTTL   = wire.ValueTTL
-	nameStamp  = wire.NameStamp
-	valueStamp = wire.ValueStamp
-	nameRel    = wire.NameRel
-	valueRel   = wire.ValueRel
-	condNew    = wire.CondNew
-	condOwned  = wire.CondOwned
 )
 
 func isLockAttribute(name string) bool { return wire.IsLockAttribute(name) }
@@ -367,3 +353,16 @@ func truncate(s string, n int) string {
 func formatEpoch(t time.Time) string { return wire.Epoch(t) }
 
 func formatEpochMillis(t time.Time) string { return wire.EpochMillis(t) }
+
+// readItem reads a lock item with a strongly consistent GetItem; nil
+// when there is none.
+func (c *Client) readItem(ctx context.Context, pk, sk string) (*LockInfo, error) {
+	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return c.codec.decode(out.Item)
+}

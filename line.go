@@ -367,7 +367,7 @@ func fairGrace(retryPeriod, heartbeatPeriod time.Duration) time.Duration {
 func (c *Client) newLine(pk, sk string, retryPeriod time.Duration, deadline time.Duration) *line {
 	lpk, lsk := lineKeyFor(pk, sk)
 	l := &line{c: c, pk: lpk, sk: lsk, lockPK: pk, period: retryPeriod, deadline: deadline, wake: make(chan struct{}, 1), ticket: Ticket{
-		ID:        newRecordVersionNumber(),
+		ID:        wire.NewRecordVersionNumber(),
 		OwnerName: c.opts.OwnerName,
 		Since:     c.clock.Now(),
 		Grace:     fairGrace(retryPeriod, c.opts.HeartbeatPeriod),
@@ -622,7 +622,7 @@ func (l *line) dueInspection(sent, reply time.Duration, st lineState) bool {
 func (l *line) take(ctx context.Context) error {
 	c := l.c
 	sent := c.clock.Monotonic()
-	gen := hex.EncodeToString(newUUID4()[:8])
+	gen := hex.EncodeToString(wire.NewUUID4()[:8])
 	in := c.wire().LineTake(l.pk, l.sk, gen, c.clock.Now().Add(lineTTL))
 	// Another writer's garbage at the counter's key (attributes of the
 	// wrong types, which the update refuses, or counters out of range):

@@ -477,3 +477,23 @@ func (l *Lock) checkDangerLocked(now time.Duration) {
 func (l *Lock) lockError(code Code, msg string, cause error) *Error {
 	return &Error{Code: code, Message: msg, PartitionKey: l.pk, SortKey: l.sk, Err: cause}
 }
+
+// markStolenLocked ends a held lock as taken by another client: status
+// INVALID, LOCK_STOLEN, unregistered, counted and reported (once l.mu is
+// released with l.unlock). A lock no longer held (released meanwhile) is
+// left alone: its release reports it.
+func (l *Lock) markStolenLocked(msg string, cause error) {
+	if !l.heldLocked() {
+		return
+	}
+	c := l.client
+	l.status = StatusInvalid
+	l.finishLocked(l.lockError(CodeLockStolen, msg, cause))
+	c.unregister(l)
+	c.stats.stolen.Add(1)
+	c.callbacks.enqueue(l, CodeLockStolen)
+	l.reportLocked(func() {
+		c.opts.Metrics.LockStolen()
+		c.log.Warn("ddblock: lock stolen", "key", l.pk, "sort_key", l.sk, "found_by", msg)
+	})
+}

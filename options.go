@@ -1,16 +1,14 @@
 package ddblock
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Python's defaults, which are ddblock's.
@@ -401,7 +399,7 @@ func (o *Options) resolve() []error {
 		o.HeartbeatTimeout = o.SafePeriod / 2
 	}
 	if o.OwnerName == "" {
-		o.OwnerName = defaultOwnerName()
+		o.OwnerName = wire.DefaultOwnerName()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -574,40 +572,6 @@ func validTableName(s string) bool {
 		}
 	}
 	return true
-}
-
-// defaultOwnerName is Python's: the host name immediately followed by a
-// UUID4 in hex, with no separator.
-func defaultOwnerName() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "localhost"
-	}
-	return host + hex.EncodeToString(newUUID4())
-}
-
-func newUUID4() []byte {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms.
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return b
-}
-
-// newRecordVersionNumber returns a UUID4 in its dashed form, as Python writes it.
-func newRecordVersionNumber() string {
-	b := newUUID4()
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
 }
 
 // AcquireOptions are the settings of one [Client.AcquireLock] call.

@@ -151,46 +151,6 @@ func (c *Client) releaseAll(ctx context.Context, locks []*Lock) {
 	_ = g.Wait()
 }
 
-// WithLock is the Go form of Python's `with client.acquire_lock(key):`.
-// It acquires the lock, runs fn, and releases the lock (best effort)
-// however fn ends.
-//
-// fn's context is cancelled the moment the lock is stolen, goes into
-// danger, or the client closes; context.Cause gives the lock's error.
-// WithLock returns fn's error unchanged. If fn returns nil although the
-// lock was lost while it ran, WithLock returns the lock's error: the work
-// may not have been exclusive.
-func (c *Client) WithLock(ctx context.Context, partitionKey string, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
-	if err := c.usable(); err != nil {
-		return err
-	}
-	if err := checkContext(ctx); err != nil {
-		return err
-	}
-	if fn == nil {
-		return invalidArg("fn", "must not be nil")
-	}
-	lock, err := c.AcquireLock(ctx, partitionKey, opts...)
-	if err != nil {
-		return err
-	}
-	lockCtx, cancel := lock.Context(ctx)
-	defer func() {
-		cancel()
-		// Release even when the caller's context is done.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
-		defer rcancel()
-		_ = c.ReleaseLock(rctx, lock)
-	}()
-	err = fn(lockCtx, lock)
-	if err == nil {
-		if lerr := lock.Err(); CodeOf(lerr) == CodeLockStolen || CodeOf(lerr) == CodeLockInDanger {
-			err = lerr
-		}
-	}
-	return err
-}
-
 // giveBack ends a lock item's tenure, on the condition that it still
 // carries rvn: it deletes the item, or, with KeepReleasedItems or when the
 // item carries a fencing token (counted), marks it released so that its

@@ -188,7 +188,7 @@ func (s *session) isEnded() bool {
 func (c *Client) startSession(ctx context.Context) (*session, error) {
 	s := &session{
 		c:     c,
-		pk:    sessionKeyPrefix + hex.EncodeToString(newUUID4()),
+		pk:    sessionKeyPrefix + hex.EncodeToString(wire.NewUUID4()),
 		sk:    c.defaultSortKey(""),
 		lease: c.opts.LeaseDuration,
 		locks: make(map[*Lock]struct{}),
@@ -199,7 +199,7 @@ func (c *Client) startSession(ctx context.Context) (*session, error) {
 		SortKey:             s.sk,
 		OwnerName:           c.opts.OwnerName,
 		LeaseDuration:       s.lease,
-		RecordVersionNumber: newRecordVersionNumber(),
+		RecordVersionNumber: wire.NewRecordVersionNumber(),
 		ExpiryTime:          now.Add(c.opts.ExpiryPeriod),
 		IsSession:           true,
 	}
@@ -538,40 +538,4 @@ func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, se
 		item = nil
 	}
 	return item, sent, sentWall, nil
-}
-
-// refreshItem sends one heartbeat: a conditional update of the item's
-// record version number and TTL. unknown lists version numbers written
-// by earlier heartbeats whose outcome is unknown (a timeout, a dropped
-// connection): any of them may be in the table. lost reports that the
-// item is someone else's now, or gone (found is then what is there, or
-// nil); a session item counts as someone else's once it lacks the
-// session mark. gate, when not nil, holds the holder's own guarded writes
-// back while a heartbeat refused by a transaction conflict is retried
-// (see sendHeartbeatThroughConflicts).
-func (c *Client) refreshItem(ctx context.Context, pk, sk, oldRVN string, unknown []string, isSession bool, gate *writeGate) (hb sentHeartbeat, err error, lost bool, found *LockInfo) {
-	hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, oldRVN, gate)
-	if err == nil || !wire.ConditionFailed(err) {
-		return hb, err, false, nil
-	}
-	// Someone took the item, or a write of ours landed without our
-	// hearing of it: this one (its reply lost and the SDK's retry failing
-	// the condition), or an earlier one. Only a read can tell.
-	info, rerr := c.readItem(ctx, pk, sk)
-	switch {
-	case rerr != nil && isSession && CodeOf(rerr) == CodeInvalidItem:
-		return hb, err, true, nil // not a lock item any more: not ours
-	case rerr != nil:
-		return hb, err, false, nil // unknown: a failed heartbeat, tried again
-	case info != nil && isSession && !info.IsSession:
-		return hb, err, true, info
-	case info != nil && info.RecordVersionNumber == hb.rvn:
-		return hb, nil, false, nil
-	case info != nil && slices.Contains(unknown, info.RecordVersionNumber):
-		// An earlier heartbeat landed: carry on from its version.
-		hb, err = c.sendHeartbeatThroughConflicts(ctx, pk, sk, info.RecordVersionNumber, gate)
-		return hb, err, err != nil && wire.ConditionFailed(err), nil // taken since that read
-	default:
-		return hb, err, true, info
-	}
 }

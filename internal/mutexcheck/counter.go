@@ -3,7 +3,6 @@ package mutexcheck
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // The lost-update workload needs no overlap checker: holders increment a
@@ -458,11 +458,7 @@ func guardCheckFailed(err error) bool {
 
 // newWriteID returns a random ID of 32 hex digits, fit for a
 // ClientRequestToken (at most 36 characters).
-func newWriteID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newWriteID() string { return hex.EncodeToString(wire.NewUUID4()) }
 
 // KeyCount is what CountIncrements found on one counter.
 type KeyCount struct {

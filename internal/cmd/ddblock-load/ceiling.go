@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +63,7 @@ func measureCeiling(ctx context.Context, ddb ddbClient, writers int, d time.Dura
 	for w := range writers {
 		rvns[w] = make([]string, keysPerWriter)
 		for k := range keysPerWriter {
-			rvns[w][k] = newRVN()
+			rvns[w][k] = wire.NewRecordVersionNumber()
 			_, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{
 				TableName: aws.String(table),
 				Item: map[string]types.AttributeValue{
@@ -97,7 +95,7 @@ func measureCeiling(ctx context.Context, ddb ddbClient, writers int, d time.Dura
 			lat := make(durations, 0, 4096)
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				k := i % keysPerWriter
-				next := newRVN()
+				next := wire.NewRecordVersionNumber()
 				t0 := time.Now()
 				_, err := ddb.UpdateItem(ctx, heartbeatInput(table, ceilingKey(w, k), rvns[w][k], next))
 				lat = append(lat, time.Since(t0))
@@ -138,16 +136,6 @@ func heartbeatInput(table, pk, oldRVN, newRVN string) *dynamodb.UpdateItemInput 
 }
 
 func hourAhead() time.Time { return time.Now().Add(time.Hour) }
-
-// newRVN makes a version number shaped like the library's (a dashed UUID4).
-func newRVN() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
 
 // createTable creates a lock table of the default shape under a unique
 // name. dynalite has no UpdateTimeToLive; that is expected.
