@@ -10,6 +10,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // fakeClock returns a fake clock for one client. Its wall clock starts at
@@ -34,13 +35,7 @@ func fakeTimes() []ddblock.Option {
 // for a lease: leases run on the fake clock.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	ddbtest.Eventually(t, 10*time.Second, what, cond)
 }
 
 // waitForSleepers waits, in real time, until n timers are pending on clk:

@@ -16,23 +16,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // rawItem reads an item as stored, or nil.
 func rawItem(t *testing.T, e *env, pk, sk string) map[string]types.AttributeValue {
 	t.Helper()
-	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName:      aws.String(e.table),
-		Key:            itemKey(pk, sk),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		t.Fatalf("GetItem %s: %v", pk, err)
-	}
-	if len(out.Item) == 0 {
-		return nil
-	}
-	return out.Item
+	return ddbtest.RawItem(t, e.ddb, e.table, itemKey(pk, sk))
 }
 
 func itemKey(pk, sk string) map[string]types.AttributeValue {

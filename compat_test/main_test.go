@@ -103,21 +103,10 @@ func newGoClient(t *testing.T, ddb ddblock.DynamoDBAPI, n names, opts ...ddblock
 // GetItem; nil when there is none.
 func rawItem(t *testing.T, ddb *dynamodb.Client, n names, pk, sk string) map[string]types.AttributeValue {
 	t.Helper()
-	out, err := ddb.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName: &n.Table,
-		Key: map[string]types.AttributeValue{
-			n.PK: &types.AttributeValueMemberS{Value: pk},
-			n.SK: &types.AttributeValueMemberS{Value: sk},
-		},
-		ConsistentRead: ptr(true),
+	return ddbtest.RawItem(t, ddb, n.Table, map[string]types.AttributeValue{
+		n.PK: &types.AttributeValueMemberS{Value: pk},
+		n.SK: &types.AttributeValueMemberS{Value: sk},
 	})
-	if err != nil {
-		t.Fatalf("GetItem(%q, %q): %v", pk, sk, err)
-	}
-	if len(out.Item) == 0 {
-		return nil
-	}
-	return out.Item
 }
 
 // putRaw stores an item as it is, unconditionally, as if another client

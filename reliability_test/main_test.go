@@ -126,11 +126,5 @@ func times(heartbeat, safe, lease time.Duration) []ddblock.Option {
 // eventually polls cond until it holds, failing the test after limit.
 func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ddbtest.Eventually(t, limit, what, cond)
 }

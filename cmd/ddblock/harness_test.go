@@ -261,13 +261,7 @@ func (s *syncBuffer) String() string {
 // eventually polls cond until it holds, failing the test after 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ddbtest.Eventually(t, 20*time.Second, what, cond)
 }
 
 // eventuallyWhileRunning is eventually, for a condition that p must bring

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // waitForFileScript marks "start $1", records the DDBLOCK_ environment in
@@ -108,21 +109,13 @@ func TestRunSession(t *testing.T) {
 	}
 }
 
-// rawItem reads an item as it is stored.
+// rawItem reads an item as it is stored, or nil.
 func rawItem(t *testing.T, f *fixture, pk, sk string) map[string]types.AttributeValue {
 	t.Helper()
-	out, err := sdk.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName:      aws.String(f.table),
-		ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{
-			ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: pk},
-			ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: sk},
-		},
+	return ddbtest.RawItem(t, sdk, f.table, map[string]types.AttributeValue{
+		ddblock.DefaultPartitionKeyName: &types.AttributeValueMemberS{Value: pk},
+		ddblock.DefaultSortKeyName:      &types.AttributeValueMemberS{Value: sk},
 	})
-	if err != nil {
-		t.Fatalf("GetItem(%q, %q): %v", pk, sk, err)
-	}
-	return out.Item
 }
 
 // sessionHolder is an in-process client with sessions on the fixture's

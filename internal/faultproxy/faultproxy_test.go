@@ -98,13 +98,7 @@ func (r *rig) exists(k string) bool {
 // eventually polls cond until it holds, failing the test after 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ddbtest.Eventually(t, 10*time.Second, what, cond)
 }
 
 func TestPassThrough(t *testing.T) {
