@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddblock/ddblock/internal/clock"
 )
 
 // DynamoDBAPI is the part of *dynamodb.Client that a lock client uses.
@@ -36,7 +38,7 @@ type Client struct {
 	opts  Options
 	codec itemCodec
 	log   *slog.Logger
-	clock Clock
+	clock clock.Clock
 
 	// ctx lives as long as the client; Close cancels it.
 	ctx    context.Context
@@ -188,7 +190,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		opts:  o,
 		codec: itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
 		log:   o.Logger,
-		clock: o.Clock,
+		clock: o.clock,
 		locks: make(map[string]*Lock),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -19,7 +19,7 @@
 //
 // [New] takes [Option] values over python_dynamodb_lock's defaults, and
 // resolves them once, after the last: their order never matters. The
-// durations follow each other by one rule, [Timing.Derive]: set the lease
+// durations follow each other by one rule (see [Options]): set the lease
 // alone, and the heartbeat period and safe period are a sixth and two
 // thirds of it, as Python's 5 s, 20 s and 30 s are. Settings set together
 // are checked together, and a contradiction is refused with an error

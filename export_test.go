@@ -1,7 +1,38 @@
 package ddblock
 
+import (
+	"context"
+	"iter"
+	"time"
+
+	"github.com/ddblock/ddblock/internal/hooks"
+)
+
 // Test-only views of unexported values, for the external tests.
 var (
 	FairGraceForTest = fairGrace
 	LineBoundForTest = lineBound
+)
+
+// WithClock sets a client's clock, for the external tests (the ddblock
+// command reaches it through internal/hooks).
+var WithClock = withClock
+
+// LastHeartbeat is a lock's last heartbeat on its client's clock.
+func (l *Lock) LastHeartbeat() time.Duration { return l.lastRefresh() }
+
+// Line and ListLines read lines of fair waiters; Semaphore.Line a
+// semaphore's.
+func (c *Client) Line(ctx context.Context, pk, sk string) (*LineInfo, error) {
+	return c.readLine(ctx, pk, sk)
+}
+
+func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] { return c.listLines(ctx) }
+
+func (s *Semaphore) Line(ctx context.Context) (*LineInfo, error) { return s.readLine(ctx) }
+
+// LineInfo and Ticket are the views of a line.
+type (
+	LineInfo = hooks.LineInfo
+	Ticket   = hooks.Ticket
 )

@@ -86,7 +86,7 @@ func (c *Client) defaultSortKey(sk string) string {
 // ListLocks returns every lock in the table, one page of a strongly
 // consistent Scan at a time; items kept after their release,
 // semaphores' metadata items and lines of fair waiters (which are not
-// locks; see [Client.ListLines]) are left out.
+// locks) are left out.
 // Session items are listed too (IsSession); a lock attached to a session
 // comes with its session item as read during the listing (Session.Item),
 // one read per session. An item that is not a lock item yields a

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -171,30 +172,12 @@ func (c *Client) isLineItem(item map[string]types.AttributeValue) bool {
 	return pk != nil && isLineKey(pk.Value)
 }
 
-// Ticket is one fair waiter's place in a line, as [Client.Line] shows it.
-type Ticket struct {
-	// ID identifies the waiting call.
-	ID string
-	// OwnerName is the waiting client's owner name.
-	OwnerName string
-	// Since is when the waiter came, on its wall clock. It is shown
-	// only: nothing is decided by it.
-	Since time.Time
-	// Grace is how long the waiter may leave a free lock untaken while
-	// first in line before those behind it skip it.
-	Grace time.Duration
-}
-
-// LineInfo is the line of fair waiters of one lock or semaphore.
-type LineInfo struct {
-	// PartitionKey and SortKey are the lock's key (for a semaphore, the
-	// key of its metadata item).
-	PartitionKey string
-	SortKey      string
-	// Tickets are the waiters in their order: the first may try next.
-	// Numbers handed out whose ticket is gone are left out.
-	Tickets []Ticket
-}
+// lineTicket is one fair waiter's place in a line, and lineInfo a line,
+// as the ddblock command and the tests see them (internal/hooks).
+type (
+	lineTicket = hooks.Ticket
+	lineInfo   = hooks.LineInfo
+)
 
 // lineState is what a read of a line's counter showed.
 type lineState struct {
@@ -234,7 +217,7 @@ func ticketKey(gen string, n int64, pk string) string {
 
 // decodeTicket reads a ticket item; ok false when it is not one ddblock
 // could have written.
-func decodeTicket(item map[string]types.AttributeValue) (t Ticket, session string, ok bool) {
+func decodeTicket(item map[string]types.AttributeValue) (t lineTicket, session string, ok bool) {
 	id, _ := item[wire.AttrTicketID].(*types.AttributeValueMemberS)
 	if id == nil || id.Value == "" {
 		return t, "", false
@@ -323,7 +306,7 @@ type lineRoom struct {
 }
 
 type cachedTicket struct {
-	t       Ticket
+	t       lineTicket
 	session string
 	ok      bool // readable
 }
@@ -334,7 +317,7 @@ type line struct {
 	room   *lineRoom
 	pk, sk string // the counter's key
 	lockPK string // the lock's partition key (a semaphore's: its metadata item's)
-	ticket Ticket
+	ticket lineTicket
 	period time.Duration
 	// deadline is when the acquisition gives up (monotonic): a waiter
 	// that sleeps until woken wakes then.
@@ -366,7 +349,7 @@ func fairGrace(retryPeriod, heartbeatPeriod time.Duration) time.Duration {
 
 func (c *Client) newLine(pk, sk string, retryPeriod time.Duration, deadline time.Duration) *line {
 	lpk, lsk := lineKeyFor(pk, sk)
-	l := &line{c: c, pk: lpk, sk: lsk, lockPK: pk, period: retryPeriod, deadline: deadline, wake: make(chan struct{}, 1), ticket: Ticket{
+	l := &line{c: c, pk: lpk, sk: lsk, lockPK: pk, period: retryPeriod, deadline: deadline, wake: make(chan struct{}, 1), ticket: lineTicket{
 		ID:        wire.NewRecordVersionNumber(),
 		OwnerName: c.opts.OwnerName,
 		Since:     c.clock.Now(),
@@ -914,7 +897,7 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 // headPassed times the head: true once the pair (head, what it waits
 // for) has stood, on this client's monotonic clock, for the head's grace
 // while free, or for the lease plus the grace while held.
-func (l *line) headPassed(ctx context.Context, st lineState, head Ticket, look func(context.Context) (headLook, error)) (bool, error) {
+func (l *line) headPassed(ctx context.Context, st lineState, head lineTicket, look func(context.Context) (headLook, error)) (bool, error) {
 	c := l.c
 	sent := c.clock.Monotonic()
 	hl, err := look(ctx)
@@ -1255,17 +1238,17 @@ func (sa *semaphoreAcquire) semaphoreLook(ctx context.Context) (headLook, error)
 	return hl, nil
 }
 
-// maxShownTickets is how many numbers, from the one served, [Client.Line]
+// maxShownTickets is how many numbers, from the one served, readLine
 // reads tickets of.
 const maxShownTickets = 100
 
-// Line reads the line of fair waiters of the lock on (partitionKey,
+// readLine reads the line of fair waiters of the lock on (partitionKey,
 // sortKey) (an empty sortKey means the default): its tickets in order
 // (those of the first 100 numbers from the one served), none when nobody
-// waits in line. For
-// a semaphore's line, pass the key of its metadata item. A line that is
+// waits in line. For a semaphore's line, pass the key of its metadata
+// item. A line that is
 // not one ddblock could have written is an error of CodeInvalidItem.
-func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineInfo, error) {
+func (c *Client) readLine(ctx context.Context, partitionKey, sortKey string) (*lineInfo, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -1276,7 +1259,7 @@ func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineI
 	if err := c.checkItemKey(partitionKey, sortKey); err != nil {
 		return nil, err
 	}
-	info := &LineInfo{PartitionKey: partitionKey, SortKey: sortKey}
+	info := &lineInfo{PartitionKey: partitionKey, SortKey: sortKey}
 	pk, sk := lineKeyFor(partitionKey, sortKey)
 	out, err := c.ddb.GetItem(ctx, c.wire().Get(pk, sk), c.callOpts("GetItem")...)
 	if err != nil {
@@ -1300,14 +1283,14 @@ func (c *Client) Line(ctx context.Context, partitionKey, sortKey string) (*LineI
 	return info, nil
 }
 
-// Line reads the line of the semaphore's fair waiters (see
-// [Client.Line]).
-func (s *Semaphore) Line(ctx context.Context) (*LineInfo, error) {
+// readLine reads the line of the semaphore's fair waiters (see
+// Client.readLine).
+func (s *Semaphore) readLine(ctx context.Context) (*lineInfo, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	pk, sk := s.metaKey()
-	return s.c.Line(ctx, pk, sk)
+	return s.c.readLine(ctx, pk, sk)
 }
 
 // ClearLine deletes the line of fair waiters of the lock on
@@ -1405,13 +1388,13 @@ func (c *Client) scanItems(ctx context.Context) iter.Seq2[map[string]types.Attri
 	}
 }
 
-// ListLines returns the line of fair waiters of every key that has one,
+// listLines returns the line of fair waiters of every key that has one,
 // with a strongly consistent Scan of the table (lines are not listed by
 // [Client.ListLocks]): a lock's, a free lock's and a semaphore's alike.
 // A line whose counter is not one ddblock could have written comes as an
 // error of CodeInvalidItem, and the listing goes on.
-func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] {
-	return func(yield func(*LineInfo, error) bool) {
+func (c *Client) listLines(ctx context.Context) iter.Seq2[*lineInfo, error] {
+	return func(yield func(*lineInfo, error) bool) {
 		if err := c.usable(); err != nil {
 			yield(nil, err)
 			return
@@ -1423,7 +1406,7 @@ func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] {
 		type lineKey struct{ pk, sk string }
 		type numbered struct {
 			n int64
-			t Ticket
+			t lineTicket
 		}
 		counters := make(map[lineKey]lineState)
 		var order []lineKey
@@ -1470,7 +1453,7 @@ func (c *Client) ListLines(ctx context.Context) iter.Seq2[*LineInfo, error] {
 		}
 		for _, k := range order {
 			st := counters[k]
-			info := &LineInfo{PartitionKey: k.pk, SortKey: k.sk}
+			info := &lineInfo{PartitionKey: k.pk, SortKey: k.sk}
 			ts := tickets[k][st.gen]
 			slices.SortFunc(ts, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
 			for _, t := range ts {

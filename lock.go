@@ -204,11 +204,12 @@ func (l *Lock) ExpiryTime() time.Time {
 	return l.expiry
 }
 
-// LastHeartbeat returns the client's monotonic reading when the last
+// lastRefresh returns the client's monotonic reading when the last
 // successful write (acquire or heartbeat) was sent. For a lock attached
 // to a session, the session's heartbeats count, and they alone: it is the
-// session's last successful heartbeat (or its creation).
-func (l *Lock) LastHeartbeat() time.Duration {
+// session's last successful heartbeat (or its creation). The ddblock
+// command's guard reads it (internal/hooks).
+func (l *Lock) lastRefresh() time.Duration {
 	if l == nil {
 		return 0
 	}

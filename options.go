@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/timing"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -30,12 +31,6 @@ const (
 	DefaultHeartbeatConcurrency = 64
 )
 
-// Clock is the source of time a client uses; see [Options.Clock].
-type Clock = clock.Clock
-
-// Timer is a timer made by a [Clock].
-type Timer = clock.Timer
-
 // Options are a client's settings. [New] applies every option first and
 // resolves the settings once, after the last, so that the order of the
 // options never matters:
@@ -43,8 +38,16 @@ type Timer = clock.Timer
 //   - a setting that no option set takes its default (python_dynamodb_lock's);
 //   - of the four durations that depend on each other (HeartbeatPeriod,
 //     SafePeriod, LeaseDuration, ExpiryPeriod), those not set are derived
-//     from those set, by the one rule of [Timing.Derive]: set the lease
-//     alone, and the heartbeat period and safe period follow it;
+//     from those set, in python_dynamodb_lock's proportions (5 s, 20 s,
+//     30 s: a sixth and two thirds of the lease). The lease, if not set,
+//     is the longest of 30 s, 3/2 of SafePeriod and 6 × HeartbeatPeriod
+//     (those set); SafePeriod is two thirds of the lease; HeartbeatPeriod
+//     a sixth of the lease or a quarter of the safe period, the shorter;
+//     ExpiryPeriod 1 h or twice the lease, the longer, so that TTL never
+//     deletes an item before its lease has run out. So set the lease
+//     alone, and the heartbeat period and safe period follow it; a
+//     heartbeat or safe period Python would run with its 30 s lease
+//     keeps that lease;
 //   - the settings are then checked as a whole, every problem reported at
 //     once; two settings that contradict each other are refused with an
 //     error naming both, and saying which were set and which derived.
@@ -84,7 +87,7 @@ type Options struct {
 	OwnerName string
 	// HeartbeatPeriod is how often each held lock is refreshed. Default
 	// 5 s; when not set, a sixth of the lease or a quarter of the safe
-	// period, the shorter (see [Timing.Derive]). Must be below SafePeriod.
+	// period, the shorter (see [Options]). Must be below SafePeriod.
 	HeartbeatPeriod time.Duration
 	// SafePeriod is how long a held lock may go without a successful
 	// heartbeat before it is declared in danger. Default 20 s; when not
@@ -163,9 +166,9 @@ type Options struct {
 	Metrics Metrics
 	// Logger receives the client's log records. Default slog.Default().
 	Logger *slog.Logger
-	// Clock is the source of time. Default: the system clock. Tests inject
-	// a fake one.
-	Clock Clock
+	// clock is the source of time: the system clock, or one set with
+	// withClock.
+	clock clock.Clock
 
 	// set records the settings the With functions set, so that one set
 	// to its zero value can be told from one not set.
@@ -227,7 +230,7 @@ func WithOwnerName(name string) Option { return func(o *Options) { o.OwnerName =
 // WithHeartbeatPeriod sets [Options.HeartbeatPeriod]. Set alone, it keeps
 // Python's 30 s lease and 20 s safe period, unless it is longer than 5 s:
 // then the lease is 6 times as long and the safe period 4 times (see
-// [Timing.Derive]).
+// [Options]).
 func WithHeartbeatPeriod(d time.Duration) Option {
 	return func(o *Options) { o.HeartbeatPeriod, o.set = d, o.set|setHeartbeatPeriod }
 }
@@ -235,14 +238,14 @@ func WithHeartbeatPeriod(d time.Duration) Option {
 // WithSafePeriod sets [Options.SafePeriod]. Set without a lease, it keeps
 // Python's 30 s lease unless it is longer than 20 s: then the lease is 3/2
 // as long. The heartbeat period, unless set, is a sixth of the lease or a
-// quarter of the safe period, the shorter (see [Timing.Derive]).
+// quarter of the safe period, the shorter (see [Options]).
 func WithSafePeriod(d time.Duration) Option {
 	return func(o *Options) { o.SafePeriod, o.set = d, o.set|setSafePeriod }
 }
 
 // WithLeaseDuration sets [Options.LeaseDuration]. The heartbeat period
 // and safe period, unless set, follow it: a sixth and two thirds of it
-// (see [Timing.Derive]). So WithLeaseDuration(12*time.Second) alone gives
+// (see [Options]). So WithLeaseDuration(12*time.Second) alone gives
 // a 2 s heartbeat and an 8 s safe period.
 func WithLeaseDuration(d time.Duration) Option {
 	return func(o *Options) { o.LeaseDuration, o.set = d, o.set|setLeaseDuration }
@@ -306,8 +309,9 @@ func WithMetrics(m Metrics) Option { return func(o *Options) { o.Metrics = m } }
 // WithLogger sets [Options.Logger].
 func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
 
-// WithClock sets [Options.Clock].
-func WithClock(c Clock) Option { return func(o *Options) { o.Clock = c } }
+// withClock sets the client's clock: the fake one of tests, the ddblock
+// command's (internal/hooks).
+func withClock(c clock.Clock) Option { return func(o *Options) { o.clock = c } }
 
 // defaultOptions returns the settings of a client given no option.
 func defaultOptions() Options {
@@ -404,8 +408,8 @@ func (o *Options) resolve() []error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Clock == nil {
-		o.Clock = clock.NewSystem()
+	if o.clock == nil {
+		o.clock = clock.NewSystem()
 	}
 	if o.Metrics == nil {
 		o.Metrics = NoMetrics{}
@@ -413,10 +417,10 @@ func (o *Options) resolve() []error {
 	return nil
 }
 
-// deriveTiming fills the durations no option set by [Timing.Derive], from
+// deriveTiming fills the durations no option set (see [Options]), from
 // those set. A duration set but not positive stays as set, to be refused,
 // and derives nothing.
-func (o *Options) deriveTiming(given settingSet) timingOrigins {
+func (o *Options) deriveTiming(given settingSet) timing.Origins {
 	fields := [...]struct {
 		bit   settingSet
 		field *time.Duration
@@ -432,7 +436,8 @@ func (o *Options) deriveTiming(given settingSet) timingOrigins {
 			in[i] = *f.field
 		}
 	}
-	t, origins := deriveTiming(Timing{HeartbeatPeriod: in[0], SafePeriod: in[1], LeaseDuration: in[2], ExpiryPeriod: in[3]})
+	t, origins := timing.Derive(timing.Durations{HeartbeatPeriod: in[0], SafePeriod: in[1], LeaseDuration: in[2], ExpiryPeriod: in[3]},
+		DefaultLeaseDuration, DefaultExpiryPeriod)
 	out := [...]time.Duration{t.HeartbeatPeriod, t.SafePeriod, t.LeaseDuration, t.ExpiryPeriod}
 	for i, f := range fields {
 		if !given.has(f.bit) {
@@ -445,7 +450,7 @@ func (o *Options) deriveTiming(given settingSet) timingOrigins {
 // check lists every setting that cannot work, and every pair of settings
 // that cannot work together. origins says which durations were derived,
 // and from what, for the messages.
-func (o *Options) check(origins timingOrigins) []error {
+func (o *Options) check(origins timing.Origins) []error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, invalidArg(setting, fmt.Sprintf(format, args...)))
@@ -492,16 +497,16 @@ func (o *Options) check(origins timingOrigins) []error {
 	durations := []struct {
 		setting string
 		value   time.Duration
-		origin  timingOrigin
+		origin  timing.Origin
 	}{
-		{"HeartbeatPeriod", o.HeartbeatPeriod, origins.heartbeat},
-		{"SafePeriod", o.SafePeriod, origins.safe},
-		{"LeaseDuration", o.LeaseDuration, origins.lease},
-		{"ExpiryPeriod", o.ExpiryPeriod, origins.expiry},
+		{"HeartbeatPeriod", o.HeartbeatPeriod, origins.Heartbeat},
+		{"SafePeriod", o.SafePeriod, origins.Safe},
+		{"LeaseDuration", o.LeaseDuration, origins.Lease},
+		{"ExpiryPeriod", o.ExpiryPeriod, origins.Expiry},
 	}
 	for _, d := range durations {
 		if d.value <= 0 {
-			bad(d.setting, "must be positive, got %v%s", d.value, d.origin.note())
+			bad(d.setting, "must be positive, got %v%s", d.value, d.origin.Note())
 		}
 	}
 	// Each duration must be below the next (ExpiryPeriod above
@@ -514,18 +519,18 @@ func (o *Options) check(origins timingOrigins) []error {
 		}
 		setting, how := lo.setting, "both set"
 		switch {
-		case lo.origin.derived() && hi.origin.derived():
-			how = fmt.Sprintf("%s %s; %s %s", lo.setting, lo.origin.how, hi.setting, hi.origin.how)
-		case lo.origin.derived():
-			setting, how = hi.setting, fmt.Sprintf("%s not set: %s", lo.setting, lo.origin.how)
-		case hi.origin.derived():
-			how = fmt.Sprintf("%s not set: %s", hi.setting, hi.origin.how)
+		case lo.origin.Derived() && hi.origin.Derived():
+			how = fmt.Sprintf("%s %s; %s %s", lo.setting, lo.origin.How, hi.setting, hi.origin.How)
+		case lo.origin.Derived():
+			setting, how = hi.setting, fmt.Sprintf("%s not set: %s", lo.setting, lo.origin.How)
+		case hi.origin.Derived():
+			how = fmt.Sprintf("%s not set: %s", hi.setting, hi.origin.How)
 		}
 		bad(setting, "%s %v must be below %s %v (%s)", lo.setting, lo.value, hi.setting, hi.value, how)
 	}
 	if o.LeaseDuration > maxLease {
-		if origins.lease.derived() && origins.lease.from != "" {
-			bad(origins.lease.from, "gives a LeaseDuration of %v (%s), longer than the %v this library supports", o.LeaseDuration, origins.lease.how, maxLease)
+		if origins.Lease.Derived() && origins.Lease.From != "" {
+			bad(origins.Lease.From, "gives a LeaseDuration of %v (%s), longer than the %v this library supports", o.LeaseDuration, origins.Lease.How, maxLease)
 		} else {
 			bad("LeaseDuration", "%v is longer than the %v this library supports", o.LeaseDuration, maxLease)
 		}

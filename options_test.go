@@ -13,6 +13,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/timing"
 )
 
 // offlineDDB is a DynamoDB client that is never called: New sends nothing.
@@ -67,46 +68,58 @@ func TestDefaults(t *testing.T) {
 	}
 	// The default durations are the derivation rule applied to nothing,
 	// and the exported constants say the same.
-	want := ddblock.Timing{
+	want := timing.Durations{
 		HeartbeatPeriod: ddblock.DefaultHeartbeatPeriod, SafePeriod: ddblock.DefaultSafePeriod,
 		LeaseDuration: ddblock.DefaultLeaseDuration, ExpiryPeriod: ddblock.DefaultExpiryPeriod,
 	}
-	if got := (ddblock.Timing{}).Derive(); got != want {
-		t.Errorf("Timing{}.Derive() = %+v; want the defaults %+v", got, want)
+	if got := deriveDefaults(timing.Durations{}); got != want {
+		t.Errorf("the rule applied to nothing = %+v; want the defaults %+v", got, want)
 	}
 }
 
-func timingOf(o ddblock.Options) ddblock.Timing {
-	return ddblock.Timing{HeartbeatPeriod: o.HeartbeatPeriod, SafePeriod: o.SafePeriod, LeaseDuration: o.LeaseDuration, ExpiryPeriod: o.ExpiryPeriod}
+// durs is the four durations in the order HeartbeatPeriod, SafePeriod,
+// LeaseDuration, ExpiryPeriod.
+func durs(heartbeat, safe, lease, expiry time.Duration) timing.Durations {
+	return timing.Durations{HeartbeatPeriod: heartbeat, SafePeriod: safe, LeaseDuration: lease, ExpiryPeriod: expiry}
+}
+
+// deriveDefaults is the library's derivation rule with its defaults.
+func deriveDefaults(t timing.Durations) timing.Durations {
+	d, _ := timing.Derive(t, ddblock.DefaultLeaseDuration, ddblock.DefaultExpiryPeriod)
+	return d
+}
+
+func timingOf(o ddblock.Options) timing.Durations {
+	return timing.Durations{HeartbeatPeriod: o.HeartbeatPeriod, SafePeriod: o.SafePeriod, LeaseDuration: o.LeaseDuration, ExpiryPeriod: o.ExpiryPeriod}
 }
 
 // TestTimingDerivation: the durations not set follow those set, by the
-// rule of Timing.Derive, in New as in Derive itself.
+// rule of internal/timing, in New as in the rule itself.
 func TestTimingDerivation(t *testing.T) {
 	s, m, h := time.Second, time.Minute, time.Hour
 	for _, tc := range []struct {
 		name string
 		opts []ddblock.Option
-		want ddblock.Timing // HeartbeatPeriod, SafePeriod, LeaseDuration, ExpiryPeriod
+		want timing.Durations // HeartbeatPeriod, SafePeriod, LeaseDuration, ExpiryPeriod
 	}{
-		{"nothing set: Python's defaults", nil, ddblock.Timing{5 * s, 20 * s, 30 * s, h}},
-		{"lease alone", []ddblock.Option{ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{2 * s, 8 * s, 12 * s, h}},
-		{"the issue's lease", []ddblock.Option{ddblock.WithLeaseDuration(10 * s)}, ddblock.Timing{10 * s / 6, 10 * s * 2 / 3, 10 * s, h}},
-		{"long lease stretches the expiry", []ddblock.Option{ddblock.WithLeaseDuration(2 * h)}, ddblock.Timing{20 * m, 80 * m, 2 * h, 4 * h}},
+		{"nothing set: Python's defaults", nil, durs(5*s, 20*s, 30*s, h)},
+		{"lease alone", []ddblock.Option{ddblock.WithLeaseDuration(12 * s)}, durs(2*s, 8*s, 12*s, h)},
+		{"the issue's lease", []ddblock.Option{ddblock.WithLeaseDuration(10 * s)}, durs(10*s/6, 10*s*2/3, 10*s, h)},
+		{"long lease stretches the expiry", []ddblock.Option{ddblock.WithLeaseDuration(2 * h)}, durs(20*m, 80*m, 2*h, 4*h)},
 		// A heartbeat or safe period Python would run with its 30 s lease
 		// keeps that lease, as in Python; a longer one stretches it.
-		{"heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(s)}, ddblock.Timing{s, 20 * s, 30 * s, h}},
-		{"long heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(10 * s)}, ddblock.Timing{10 * s, 40 * s, 60 * s, h}},
-		{"safe period alone", []ddblock.Option{ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{2 * s, 8 * s, 30 * s, h}},
-		{"long safe period alone", []ddblock.Option{ddblock.WithSafePeriod(40 * s)}, ddblock.Timing{10 * s, 40 * s, 60 * s, h}},
-		{"heartbeat and safe period", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(8 * s)}, ddblock.Timing{s, 8 * s, 30 * s, h}},
-		{"heartbeat and lease", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{s, 8 * s, 12 * s, h}},
-		{"safe period and lease", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(12 * s)}, ddblock.Timing{5 * s / 4, 5 * s, 12 * s, h}},
-		{"expiry alone", []ddblock.Option{ddblock.WithExpiryPeriod(2 * m)}, ddblock.Timing{5 * s, 20 * s, 30 * s, 2 * m}},
-		{"all set", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(3 * s), ddblock.WithLeaseDuration(4 * s), ddblock.WithExpiryPeriod(5 * s)}, ddblock.Timing{s, 3 * s, 4 * s, 5 * s}},
+		{"heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(s)}, durs(s, 20*s, 30*s, h)},
+		{"long heartbeat alone", []ddblock.Option{ddblock.WithHeartbeatPeriod(10 * s)}, durs(10*s, 40*s, 60*s, h)},
+		{"safe period alone", []ddblock.Option{ddblock.WithSafePeriod(8 * s)}, durs(2*s, 8*s, 30*s, h)},
+		{"long safe period alone", []ddblock.Option{ddblock.WithSafePeriod(40 * s)}, durs(10*s, 40*s, 60*s, h)},
+		{"heartbeat and safe period", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(8 * s)}, durs(s, 8*s, 30*s, h)},
+		{"heartbeat and lease", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithLeaseDuration(12 * s)}, durs(s, 8*s, 12*s, h)},
+		{"safe period and lease", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(12 * s)}, durs(5*s/4, 5*s, 12*s, h)},
+		{"expiry alone", []ddblock.Option{ddblock.WithExpiryPeriod(2 * m)}, durs(5*s, 20*s, 30*s, 2*m)},
+		{"all set", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(3 * s), ddblock.WithLeaseDuration(4 * s), ddblock.WithExpiryPeriod(5 * s)}, durs(s, 3*s, 4*s, 5*s)},
 		// An option that writes a field directly and leaves it zero has
 		// not set it.
-		{"zero written directly", []ddblock.Option{func(o *ddblock.Options) { o.HeartbeatPeriod, o.LeaseDuration = 0, 6*s }}, ddblock.Timing{s, 4 * s, 6 * s, h}},
+		{"zero written directly", []ddblock.Option{func(o *ddblock.Options) { o.HeartbeatPeriod, o.LeaseDuration = 0, 6*s }}, durs(s, 4*s, 6*s, h)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := resolved(t, tc.opts...)
@@ -124,7 +137,7 @@ func TestTimingDerivation(t *testing.T) {
 			for _, opt := range tc.opts {
 				opt(&set)
 			}
-			if got := timingOf(set).Derive(); got != tc.want {
+			if got := deriveDefaults(timingOf(set)); got != tc.want {
 				t.Errorf("Derive: %+v; want %+v", got, tc.want)
 			}
 		})
@@ -133,13 +146,13 @@ func TestTimingDerivation(t *testing.T) {
 
 func TestTimingDeriveKeepsWhatIsGiven(t *testing.T) {
 	s := time.Second
-	for _, in := range []ddblock.Timing{
+	for _, in := range []timing.Durations{
 		{HeartbeatPeriod: -s},
 		{HeartbeatPeriod: 7 * s, SafePeriod: s, LeaseDuration: 2 * s, ExpiryPeriod: s},
 		{LeaseDuration: -s, SafePeriod: 8 * s},
 		{HeartbeatPeriod: 1 << 62},
 	} {
-		got := in.Derive()
+		got := deriveDefaults(in)
 		for _, d := range []struct {
 			name    string
 			in, got time.Duration
@@ -150,15 +163,15 @@ func TestTimingDeriveKeepsWhatIsGiven(t *testing.T) {
 			{"ExpiryPeriod", in.ExpiryPeriod, got.ExpiryPeriod},
 		} {
 			if d.in != 0 && d.got != d.in {
-				t.Errorf("%+v.Derive(): %s = %v; want it kept at %v", in, d.name, d.got, d.in)
+				t.Errorf("derive %+v: %s = %v; want it kept at %v", in, d.name, d.got, d.in)
 			}
 			if d.in == 0 && d.got <= 0 {
-				t.Errorf("%+v.Derive(): %s = %v; want a positive derived value", in, d.name, d.got)
+				t.Errorf("derive %+v: %s = %v; want a positive derived value", in, d.name, d.got)
 			}
 		}
 	}
 	// A negative lease derives nothing: the safe period given is the anchor.
-	if got := (ddblock.Timing{LeaseDuration: -s, SafePeriod: 8 * s}).Derive(); got.HeartbeatPeriod != 2*s {
+	if got := deriveDefaults(timing.Durations{LeaseDuration: -s, SafePeriod: 8 * s}); got.HeartbeatPeriod != 2*s {
 		t.Errorf("HeartbeatPeriod = %v; want 2s, from a 12s lease derived from the safe period", got.HeartbeatPeriod)
 	}
 }

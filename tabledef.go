@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ddblock/ddblock/internal/timing"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -148,7 +149,7 @@ func (t *TableOptions) check() error {
 	if t.PartitionKeyOnly {
 		o.SortKeyName = ""
 	}
-	errs = append(errs, o.check(timingOrigins{})...)
+	errs = append(errs, o.check(timing.Origins{})...)
 	if t.OnDemand && t.capacitySet {
 		errs = append(errs, invalidArg("OnDemand", fmt.Sprintf("on-demand billing and a provisioned capacity of %d/%d exclude each other (both set)", t.ReadCapacity, t.WriteCapacity)))
 	}

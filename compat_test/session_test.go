@@ -15,6 +15,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // What python_dynamodb_lock sees of ddblock's session leases
@@ -215,7 +216,7 @@ func TestPythonWaitsOnLiveSessionLock(t *testing.T) {
 // the last heartbeat) has passed.
 func deadSessionLock(t *testing.T, ddb *dynamodb.Client, n names, pk string, lease time.Duration, gone bool) *ddblock.Lock {
 	t.Helper()
-	c := newGoClient(t, ddb, n, ddblock.WithClock(clock.NewFake(time.Now().UTC().Truncate(time.Second))),
+	c := newGoClient(t, ddb, n, hooks.Option[ddblock.Option](clock.NewFake(time.Now().UTC().Truncate(time.Second))),
 		ddblock.WithSessionLease(), ddblock.WithOwnerName("dead-session"),
 		ddblock.WithLeaseDuration(lease), ddblock.WithSafePeriod(lease*4/5), ddblock.WithHeartbeatPeriod(lease/5))
 	l, err := c.AcquireLock(context.Background(), pk)

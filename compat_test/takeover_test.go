@@ -12,6 +12,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // These tests time a Go waiter against a Python holder's item on a fake
@@ -88,7 +89,7 @@ type acquireResult struct {
 // loop's. The lease that matters here is the one in the holder's item.
 func startWaiter(t *testing.T, clk *stepClock, ddb *tapDDB, n names, pk, sk string, retry, timeout time.Duration, opts ...ddblock.Option) *takeoverWaiter {
 	t.Helper()
-	c := newGoClient(t, ddb, n, append([]ddblock.Option{ddblock.WithClock(clk), ddblock.WithOwnerName("go-waiter"),
+	c := newGoClient(t, ddb, n, append([]ddblock.Option{hooks.Option[ddblock.Option](clk), ddblock.WithOwnerName("go-waiter"),
 		ddblock.WithHeartbeatPeriod(time.Hour), ddblock.WithSafePeriod(2 * time.Hour), ddblock.WithLeaseDuration(3 * time.Hour)}, opts...)...)
 	w := &takeoverWaiter{t: t, clk: clk, ddb: ddb, client: c, start: clk.Monotonic(), retry: retry, res: make(chan acquireResult, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

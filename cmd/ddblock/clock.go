@@ -3,13 +3,12 @@ package main
 import (
 	"time"
 
-	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
 )
 
 // machineClock is the lock client's clock in `ddblock run`: the system
 // clock, except that its monotonic readings are on the scale of the
-// machine's shared clock (machineNow), so that [ddblock.Lock.LastHeartbeat]
+// machine's shared clock (machineNow), so that a lock's last heartbeat
 // can be handed to the guard process as an absolute moment that both
 // processes read alike. A deadline sent that way cannot be stretched by
 // the time the message spends in transit, or by ddblock being stopped
@@ -25,7 +24,7 @@ type machineClock struct {
 	start time.Time
 }
 
-var _ ddblock.Clock = (*machineClock)(nil)
+var _ clock.Clock = (*machineClock)(nil)
 
 func newMachineClock() *machineClock {
 	base := time.Duration(machineNow())

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -71,7 +72,7 @@ type lineDetailJSON struct {
 	Waiters []waiterJSON `json:"waiters"`
 }
 
-func toWaiterJSON(t ddblock.Ticket) waiterJSON {
+func toWaiterJSON(t hooks.Ticket) waiterJSON {
 	w := waiterJSON{ID: t.ID, Owner: t.OwnerName, GraceSeconds: t.Grace.Seconds()}
 	if !t.Since.IsZero() {
 		w.Since = t.Since.UTC().Format(time.RFC3339Nano)
@@ -81,7 +82,7 @@ func toWaiterJSON(t ddblock.Ticket) waiterJSON {
 
 // lineEntry is a line with what ls and get say of the lock it waits for.
 type lineEntry struct {
-	info      *ddblock.LineInfo
+	info      *hooks.LineInfo
 	semaphore string // the semaphore's name, for a semaphore's line
 	free      bool
 	lock      string // the LOCK cell: held by whom, or free
@@ -104,7 +105,7 @@ func (e *lineEntry) json() lineJSON {
 // lineEntries describes the lines listed by ls: the lock of each is held
 // when it is among locks (read before groupSemaphores took out the
 // slots), a semaphore's slot is free when fewer than its number are held.
-func lineEntries(client *ddblock.Client, lines []*ddblock.LineInfo, locks []*ddblock.LockInfo, sems []*semaphoreEntry) []*lineEntry {
+func lineEntries(client *ddblock.Client, lines []*hooks.LineInfo, locks []*ddblock.LockInfo, sems []*semaphoreEntry) []*lineEntry {
 	held := map[[2]string]*ddblock.LockInfo{}
 	for _, l := range locks {
 		held[[2]string{l.PartitionKey, l.SortKey}] = l
@@ -285,7 +286,7 @@ func getLine(ctx context.Context, env *environ, client *ddblock.Client, conn *co
 	if lockPK == "" {
 		return fail(exitNotFound, "no line of fair waiters %s in table %q: it names no lock", lockName(lineKeyPrefix, sk), conn.table)
 	}
-	info, err := client.Line(ctx, lockPK, sk)
+	info, err := hooks.Line(ctx, client, lockPK, sk)
 	if err != nil {
 		return lineError(err, conn, lockPK, sk)
 	}
@@ -382,7 +383,7 @@ type ticketDetailJSON struct {
 func getTicket(ctx context.Context, env *environ, client *ddblock.Client, conn *connFlags, key, sk string, asJSON bool) error {
 	gen, n, lockPK, _ := parseTicketKey(key)
 	// The line first: the library's read classifies a missing table.
-	info, err := client.Line(ctx, lockPK, sk)
+	info, err := hooks.Line(ctx, client, lockPK, sk)
 	if err != nil && !errors.Is(err, ddblock.ErrInvalidItem) {
 		return libError(err, conn.table)
 	}
@@ -485,7 +486,7 @@ func releaseLine(ctx context.Context, env *environ, client *ddblock.Client, conn
 		return fail(exitNotFound, "no line of fair waiters %s in table %q: it names no lock", lockName(lineKeyPrefix, sk), conn.table)
 	}
 	what := lineOf(client, lockPK, sk)
-	info, err := client.Line(ctx, lockPK, sk)
+	info, err := hooks.Line(ctx, client, lockPK, sk)
 	switch {
 	case errors.Is(err, ddblock.ErrInvalidItem):
 		// What clearing is for: a counter no waiter can use.
@@ -538,7 +539,7 @@ func refuseTicketRelease(client *ddblock.Client, conn *connFlags, key, lockPK, s
 // semaphore: how many wait in its line, and who is first; "" when nobody
 // does.
 func waitingText(ctx context.Context, client *ddblock.Client, conn *connFlags, pk, sk string) (string, int) {
-	info, err := client.Line(ctx, pk, sk)
+	info, err := hooks.Line(ctx, client, pk, sk)
 	switch {
 	case errors.Is(err, ddblock.ErrInvalidItem):
 		return "its line is not one ddblock could have written (see: ddblock get " + lineKeyArgs(conn, pk, sk) + ")", 0
@@ -558,7 +559,7 @@ func notFoundWithLine(ctx context.Context, client *ddblock.Client, conn *connFla
 	if ddblock.CodeOf(err) != ddblock.CodeLockNotFound || strings.HasPrefix(pk, lineKeyPrefix) || strings.HasPrefix(pk, ticketKeyPrefix) {
 		return exit
 	}
-	info, lerr := client.Line(ctx, pk, sk)
+	info, lerr := hooks.Line(ctx, client, pk, sk)
 	if lerr != nil || len(info.Tickets) == 0 {
 		return exit
 	}

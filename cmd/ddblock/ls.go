@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -163,8 +164,8 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	}
 	// The lines of fair waiters: a held lock's, a free lock's and a
 	// semaphore's alike.
-	var lines []*ddblock.LineInfo
-	for line, err := range client.ListLines(ctx) {
+	var lines []*hooks.LineInfo
+	for line, err := range hooks.ListLines(ctx, client) {
 		if errors.Is(err, ddblock.ErrInvalidItem) {
 			// One garbled line must not hide the others, nor the locks.
 			fmt.Fprintf(env.stderr, "ddblock ls: skipped a line of fair waiters that is not valid: %s\n", oneLine(err.Error()))
@@ -185,7 +186,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		}
 		lines = append(lines, line)
 	}
-	slices.SortFunc(lines, func(a, b *ddblock.LineInfo) int {
+	slices.SortFunc(lines, func(a, b *hooks.LineInfo) int {
 		return cmp.Or(cmp.Compare(a.PartitionKey, b.PartitionKey), cmp.Compare(a.SortKey, b.SortKey))
 	})
 	waiting := map[[2]string]int{}

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
+	locktiming "github.com/ddblock/ddblock/internal/timing"
 )
 
 const runAbout = `
@@ -143,7 +145,7 @@ type timing struct {
 }
 
 // runTiming derives the unset durations (zero) from the lease, by
-// ddblock.Timing.Derive as a library client does, and checks that the
+// the rule of ddblock.Options, as a library client does, and checks that the
 // whole can keep the command safe.
 func runTiming(lease, heartbeat, safe, grace time.Duration, graceSet bool) (timing, error) {
 	if lease <= 0 {
@@ -151,7 +153,8 @@ func runTiming(lease, heartbeat, safe, grace time.Duration, graceSet bool) (timi
 	}
 	// The library's rule, so that a run and a client given the same lease
 	// agree: a sixth and two thirds of it.
-	derived := ddblock.Timing{LeaseDuration: lease, HeartbeatPeriod: heartbeat, SafePeriod: safe}.Derive()
+	derived, _ := locktiming.Derive(locktiming.Durations{LeaseDuration: lease, HeartbeatPeriod: heartbeat, SafePeriod: safe},
+		ddblock.DefaultLeaseDuration, ddblock.DefaultExpiryPeriod)
 	heartbeat, safe = derived.HeartbeatPeriod, derived.SafePeriod
 	switch {
 	case heartbeat <= 0:
@@ -290,7 +293,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 
 	opts := []ddblock.Option{
 		// The guard reads the same clock (see machineClock).
-		ddblock.WithClock(newMachineClock()),
+		hooks.Option[ddblock.Option](newMachineClock()),
 		ddblock.WithLeaseDuration(tm.lease),
 		ddblock.WithHeartbeatPeriod(tm.heartbeat),
 		ddblock.WithSafePeriod(tm.safe),
@@ -302,7 +305,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		opts = append(opts, ddblock.WithFencingTokens())
 	}
 	if session {
-		// The lock's LastHeartbeat follows the session item's heartbeats,
+		// The lock's last heartbeat follows the session item's heartbeats,
 		// so the guard's deadline does too.
 		opts = append(opts, ddblock.WithSessionLease())
 	}
@@ -364,12 +367,12 @@ func (r *runner) inLine(ctx context.Context) (int, error) {
 	if !r.fair {
 		return 0, nil
 	}
-	var line *ddblock.LineInfo
+	var line *hooks.LineInfo
 	var err error
 	if r.sem != nil {
-		line, err = r.sem.Line(ctx)
+		line, err = hooks.SemaphoreLine(ctx, r.sem)
 	} else {
-		line, err = r.client.Line(ctx, r.key, r.sortKey)
+		line, err = hooks.Line(ctx, r.client, r.key, r.sortKey)
 	}
 	if err != nil {
 		return 0, err

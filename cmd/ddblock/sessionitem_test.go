@@ -8,6 +8,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // ls describes a session item as its client's, with the locks that name
@@ -19,7 +20,7 @@ func TestLsDescribesSessionItems(t *testing.T) {
 	// A client whose clock never moves: its session is never heartbeated.
 	stopped, err := ddblock.New(sdk, ddblock.WithTableName(f.table), ddblock.WithOwnerName("erin"),
 		ddblock.WithSessionLease(), ddblock.WithLeaseDuration(time.Second), ddblock.WithSafePeriod(600*time.Millisecond),
-		ddblock.WithHeartbeatPeriod(200*time.Millisecond), ddblock.WithClock(clock.NewFake(time.Now())), ddblock.WithLogger(quietLog))
+		ddblock.WithHeartbeatPeriod(200*time.Millisecond), hooks.Option[ddblock.Option](clock.NewFake(time.Now())), ddblock.WithLogger(quietLog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // supervisor is one command run under a held lock. Only the goroutine of
@@ -76,7 +77,7 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 // safeUntil is when the lock stops being safe: its last successful
 // write's send time plus the safe period, the library's own rule for
 // danger, on the clock the guard reads too.
-func (s *supervisor) safeUntil() int64 { return int64(s.lock.LastHeartbeat() + s.tm.safe) }
+func (s *supervisor) safeUntil() int64 { return int64(hooks.LastHeartbeat(s.lock) + s.tm.safe) }
 
 // watch hands each event to its method until the guard has ended and
 // its event pipe is drained.
