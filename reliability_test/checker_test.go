@@ -26,22 +26,24 @@ func TestMutualExclusion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	res := runChaos(t, defaultChaos(20*time.Second))
-	t.Logf("\n%s", res.Summary())
-	rep := res.Report
-	// The run must have done what it claims, or a zero proves nothing.
-	if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-			res.faults(), res.Kills, res.Pauses, res.Abandons)
-	}
-	// A floor far below the ~300 handoffs of a normal run: it catches a
-	// run that did nothing, not a slow machine.
-	if rep.Handoffs < 50 {
-		t.Errorf("only %d handoffs: too little contention to show anything", rep.Handoffs)
-	}
-	if rep.Takeovers == 0 {
-		t.Error("no takeover after a lost lock: the faults never made a holder lose its lock")
-	}
+	runChaosShowing(t, 20*time.Second, defaultChaos, func(res chaosResult) []string {
+		var short []string
+		rep := res.Report
+		// The run must have done what it claims, or a zero proves nothing.
+		if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
+			short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
+				res.faults(), res.Kills, res.Pauses, res.Abandons))
+		}
+		// A floor far below the ~300 handoffs of a normal run: it catches
+		// a run that did nothing, not a slow machine.
+		if rep.Handoffs < 50 {
+			short = append(short, fmt.Sprintf("only %d handoffs: too little contention to show anything", rep.Handoffs))
+		}
+		if rep.Takeovers == 0 {
+			short = append(short, "no takeover after a lost lock: the faults never made a holder lose its lock")
+		}
+		return short
+	}, nil)
 }
 
 // TestSoak is the long run, documented in doc/reliability.md:

@@ -19,6 +19,7 @@ import (
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
 	"github.com/ddblock/ddblock/internal/faultproxy"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/mutexcheck"
 	"github.com/ddblock/ddblock/internal/wire"
 )
@@ -58,30 +59,7 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	// What the run must show takes throughput: on a starved machine (two
-	// busy loops on CI's two cores, the race detector and a JVM) twenty
-	// seconds can give thirty handoffs and no turn of a fair waiter. A
-	// run that showed too little is run again, once, for twice as long;
-	// what runChaos checks (exclusion, the slot limit, progress, unclear
-	// errors) fails the test in every run.
-	d := 20 * time.Second
-	for attempt := 1; ; attempt++ {
-		res := runChaos(t, fairChaos(d))
-		t.Logf("\n%s", res.Summary())
-		fairAcquiresEndedByGarbage(t, res)
-		short := fairRunShortfalls(res)
-		if len(short) == 0 {
-			return
-		}
-		if attempt == 2 || t.Failed() {
-			for _, s := range short {
-				t.Error(s)
-			}
-			return
-		}
-		t.Logf("the run showed too little (%s); running again for %v", strings.Join(short, "; "), 2*d)
-		d *= 2
-	}
+	runChaosShowing(t, 20*time.Second, fairChaos, fairRunShortfalls, func(res chaosResult) { fairAcquiresEndedByGarbage(t, res) })
 }
 
 // fairRunShortfalls are what a fair chaos run failed to show: each kind
@@ -276,7 +254,7 @@ func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSe
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, lk := range lines {
 			lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			info, err := c.lines.Line(lctx, lk[0], lk[1])
+			info, err := hooks.Line(lctx, c.lines, lk[0], lk[1])
 			cancel()
 			if err != nil || len(info.Tickets) == 0 {
 				continue
@@ -374,7 +352,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 				}
 				inLine = 0
 				lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
-				if info, err := c.lines.Line(lctx, key, ""); err == nil {
+				if info, err := hooks.Line(lctx, c.lines, key, ""); err == nil {
 					for _, tk := range info.Tickets {
 						if tk.OwnerName == name {
 							inLine++

@@ -13,6 +13,7 @@ import (
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/ddbtest"
 	"github.com/ddblock/ddblock/internal/faultproxy"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // These tests drive acquire, heartbeat and release through a fault proxy.
@@ -474,7 +475,7 @@ func TestFairWaitWhenEnqueueReplyLost(t *testing.T) {
 			if f.Injected() != 1 {
 				t.Fatalf("%d replies dropped; want 1", f.Injected())
 			}
-			line, err := c.Line(ctx, "k", "")
+			line, err := hooks.Line(ctx, c, "k", "")
 			if err != nil || len(line.Tickets) != 0 {
 				t.Errorf("line after the acquire: %+v, %v; want no ticket left", line, err)
 			}

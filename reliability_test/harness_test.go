@@ -187,6 +187,37 @@ type chaos struct {
 	stats   ddblock.Stats
 }
 
+// runChaosShowing runs the chaos of config(d), and checks with
+// shortfalls what the run must show (each kind of trouble striking, the
+// kinds of holder mixed, enough contention). What it must show takes
+// throughput: on a starved machine (busy loops on CI's two cores, the
+// race detector and a JVM) twenty seconds can show too little. A run
+// that showed too little runs again, once, for twice as long; what
+// runChaos checks (exclusion, limits, progress, unclear errors) fails
+// the test in every run.
+func runChaosShowing(t *testing.T, d time.Duration, config func(time.Duration) chaosConfig, shortfalls func(chaosResult) []string, each func(chaosResult)) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		res := runChaos(t, config(d))
+		t.Logf("\n%s", res.Summary())
+		if each != nil {
+			each(res)
+		}
+		short := shortfalls(res)
+		if len(short) == 0 {
+			return
+		}
+		if attempt == 2 || t.Failed() {
+			for _, s := range short {
+				t.Error(s)
+			}
+			return
+		}
+		t.Logf("the run showed too little (%s); running again for %v", strings.Join(short, "; "), 2*d)
+		d *= 2
+	}
+}
+
 // runChaos runs the checker for cfg.Duration and returns its figures; it
 // fails the test on any violation, unclear error, harness problem, or a
 // lock item that cannot be taken over afterwards.

@@ -70,26 +70,29 @@ func TestMutualExclusionWithSemaphores(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	res := runChaos(t, semaphoreChaos(20*time.Second))
-	t.Logf("\n%s", res.Summary())
-	rep := res.Report
-	if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-		t.Errorf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-			res.faults(), res.Kills, res.Pauses, res.Abandons)
-	}
-	if len(rep.Limits) != res.Config.Keys {
-		t.Errorf("limits declared for %v; want every key as a semaphore", rep.Limits)
-	}
-	// The limit is only tested if it was reached: both slots of a name
-	// worked at once.
-	for _, group := range []string{"key-0", "key-1"} {
-		if rep.PeakHolders[group] < 2 {
-			t.Errorf("semaphore %s never had two holders at once (peak %d): the run did not reach the limit", group, rep.PeakHolders[group])
+	runChaosShowing(t, 20*time.Second, semaphoreChaos, func(res chaosResult) []string {
+		var short []string
+		rep := res.Report
+		if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
+			short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
+				res.faults(), res.Kills, res.Pauses, res.Abandons))
 		}
-	}
-	if rep.Handoffs < 50 || rep.Takeovers == 0 {
-		t.Errorf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers)
-	}
+		// The limit is only tested if it was reached: both slots of a
+		// name worked at once.
+		for _, group := range []string{"key-0", "key-1"} {
+			if rep.PeakHolders[group] < 2 {
+				short = append(short, fmt.Sprintf("semaphore %s never had two holders at once (peak %d): the run did not reach the limit", group, rep.PeakHolders[group]))
+			}
+		}
+		if rep.Handoffs < 50 || rep.Takeovers == 0 {
+			short = append(short, fmt.Sprintf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers))
+		}
+		return short
+	}, func(res chaosResult) {
+		if len(res.Report.Limits) != res.Config.Keys {
+			t.Errorf("limits declared for %v; want every key as a semaphore", res.Report.Limits)
+		}
+	})
 }
 
 // TestSemaphoreSoak is the long run with semaphores and elections,
@@ -248,20 +251,22 @@ func TestMutualExclusionWithSemaphoreResizes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	res := runChaos(t, resizeChaos(20*time.Second))
-	t.Logf("\n%s", res.Summary())
-	rep := res.Report
-	for _, key := range []string{"key-0", "key-1"} {
-		if rep.Resizes[key] < 4 {
-			t.Errorf("semaphore %s: %d resizes done; want every size of %v at least once", key, rep.Resizes[key], res.Config.ResizeTo)
+	runChaosShowing(t, 20*time.Second, resizeChaos, func(res chaosResult) []string {
+		var short []string
+		rep := res.Report
+		for _, key := range []string{"key-0", "key-1"} {
+			if rep.Resizes[key] < 4 {
+				short = append(short, fmt.Sprintf("semaphore %s: %d resizes done; want every size of %v at least once", key, rep.Resizes[key], res.Config.ResizeTo))
+			}
+			if rep.PeakHolders[key] < 3 {
+				short = append(short, fmt.Sprintf("semaphore %s never had more than %d holders at once: the grown sizes were not used", key, rep.PeakHolders[key]))
+			}
 		}
-		if rep.PeakHolders[key] < 3 {
-			t.Errorf("semaphore %s never had more than %d holders at once: the grown sizes were not used", key, rep.PeakHolders[key])
+		if res.Kills == 0 || res.Pauses == 0 || rep.Handoffs < 50 {
+			short = append(short, fmt.Sprintf("kills %d, pauses %d, handoffs %d: too little trouble to show anything", res.Kills, res.Pauses, rep.Handoffs))
 		}
-	}
-	if res.Kills == 0 || res.Pauses == 0 || rep.Handoffs < 50 {
-		t.Errorf("kills %d, pauses %d, handoffs %d: too little trouble to show anything", res.Kills, res.Pauses, rep.Handoffs)
-	}
+		return short
+	}, nil)
 }
 
 // The limit in force after a resize must be checkable, with real locks:
