@@ -46,7 +46,7 @@ const (
 //
 // A lock this client holds already (the same partition and sort key) is
 // not waited for: the answer is at once an error of CodeAlreadyHeld
-// (errors.Is(err, ErrAlreadyHeld)), where python_dynamodb_lock would
+// (errors.Is(err, CodeAlreadyHeld)), where python_dynamodb_lock would
 // wait on its own lock until the retry timeout. A concurrent acquire of
 // the same key by this client that loses to it gets the same answer at
 // its next attempt. With [WithWaitOnOwn] the acquire waits for it

@@ -131,7 +131,7 @@ func TestNoTakeoverWhileHeartbeating(t *testing.T) {
 		rvn = next
 	}
 	stepUntil(t, clk, 2, done, 2*time.Minute)
-	if !errors.Is(werr, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(werr, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("waiter: %v; want ACQUIRE_TIMEOUT, never a takeover of a live lock", werr)
 	}
 	if info, _ := waiter.GetLock(ctx, "k", "-"); info == nil || info.OwnerName != "alive" {
@@ -176,7 +176,7 @@ func TestAcquireTimeoutReadsOnly(t *testing.T) {
 		_, err = waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(500*time.Millisecond), ddblock.WithRetryTimeout(2*time.Second))
 	}()
 	took := stepUntil(t, clk, 2, done, time.Minute) - start
-	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(err, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("err = %v; want ACQUIRE_TIMEOUT", err)
 	}
 	var lerr *ddblock.Error
@@ -211,7 +211,7 @@ func TestAcquireContextCancel(t *testing.T) {
 	cancel()
 	select {
 	case err := <-got:
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, ddblock.ErrCanceled) {
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ddblock.CodeCanceled) {
 			t.Fatalf("err = %v; want CANCELED matching context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -221,7 +221,7 @@ func TestAcquireContextCancel(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer dcancel()
 	_, err := waiter.AcquireLock(dctx, "k", ddblock.WithRetryPeriod(time.Hour), ddblock.WithRetryTimeout(10*time.Hour))
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("err = %v; want ACQUIRE_TIMEOUT matching context.DeadlineExceeded", err)
 	}
 }
@@ -274,11 +274,11 @@ func TestReservedAttributesRefused(t *testing.T) {
 			name: &types.AttributeValueMemberS{Value: "x"},
 		}))
 		var lerr *ddblock.Error
-		if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &lerr) || lerr.Setting != "AdditionalAttributes" {
+		if !errors.Is(err, ddblock.CodeInvalidArgument) || !errors.As(err, &lerr) || lerr.Setting != "AdditionalAttributes" {
 			t.Errorf("attribute %q: err = %v; want INVALID_ARGUMENT naming AdditionalAttributes", name, err)
 		}
 	}
-	if _, err := c.GetLock(context.Background(), "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(context.Background(), "k", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("a refused acquire wrote something: %v", err)
 	}
 }
@@ -339,7 +339,7 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b/c d"}, keys); diff != "" {
 		t.Errorf("locks under k (-want +got):\n%s", diff)
 	}
-	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+	if _, err := c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.CodeAlreadyHeld) {
 		t.Errorf("same sort key again: %v; want ALREADY_HELD", err)
 	}
 }
@@ -388,14 +388,14 @@ func TestMissingTable(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(ddblock.WithTableName("no_such_table"))
 	_, err := c.AcquireLock(context.Background(), "k")
-	if !errors.Is(err, ddblock.ErrTableNotFound) {
+	if !errors.Is(err, ddblock.CodeTableNotFound) {
 		t.Fatalf("err = %v; want TABLE_NOT_FOUND", err)
 	}
 	var rnf *types.ResourceNotFoundException
 	if !errors.As(err, &rnf) {
 		t.Errorf("the AWS error is not reachable through Unwrap: %v", err)
 	}
-	if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrTableNotFound) {
+	if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.CodeTableNotFound) {
 		t.Errorf("GetLock: %v; want TABLE_NOT_FOUND", err)
 	}
 }
@@ -425,10 +425,10 @@ func TestAcquireOwnLockAnswersAtOnce(t *testing.T) {
 			start := clk.Monotonic()
 			_, err = c.AcquireLock(ctx, "k", ddblock.WithSortKeyValue("a"), ddblock.WithRetryTimeout(time.Hour))
 			var lerr *ddblock.Error
-			if !errors.Is(err, ddblock.ErrAlreadyHeld) || !errors.As(err, &lerr) || lerr.PartitionKey != "k" || lerr.SortKey != "a" {
+			if !errors.Is(err, ddblock.CodeAlreadyHeld) || !errors.As(err, &lerr) || lerr.PartitionKey != "k" || lerr.SortKey != "a" {
 				t.Fatalf("AcquireLock of a held key: %v; want ALREADY_HELD naming k/a", err)
 			}
-			if _, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a")); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+			if _, err := c.TryAcquireLock(ctx, "k", ddblock.WithSortKeyValue("a")); !errors.Is(err, ddblock.CodeAlreadyHeld) {
 				t.Fatalf("TryAcquireLock of a held key: %v; want ALREADY_HELD", err)
 			}
 			if clk.Monotonic() != start || len(calls.snapshot()) != 0 {
@@ -502,7 +502,7 @@ func TestConcurrentAcquiresOfOneKeyByOneClient(t *testing.T) {
 	if got[1].err == nil {
 		got[0], got[1] = got[1], got[0]
 	}
-	if got[0].err != nil || got[0].lock == nil || !errors.Is(got[1].err, ddblock.ErrAlreadyHeld) {
+	if got[0].err != nil || got[0].lock == nil || !errors.Is(got[1].err, ddblock.CodeAlreadyHeld) {
 		t.Fatalf("results %+v, %+v; want one lock and one ALREADY_HELD", got[0], got[1])
 	}
 	if clk.Monotonic()-start > retry {
@@ -529,7 +529,7 @@ func TestSemaphoreSlotsOfOneClientAreNotItself(t *testing.T) {
 	if a.SortKey() == b.SortKey() {
 		t.Fatalf("both acquires got slot %q", a.SortKey())
 	}
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("third slot of two: %v; want LOCK_HELD", err)
 	}
 }
@@ -569,7 +569,7 @@ func TestRetryTimeoutCountsTimeNotAttempts(t *testing.T) {
 		return waiter.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(10*time.Second))
 	})
 	took := end - start
-	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(err, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("AcquireLock = %v; want ACQUIRE_TIMEOUT", err)
 	}
 	// The timeout, and at most the attempt under way when it passed.

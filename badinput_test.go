@@ -95,10 +95,10 @@ func TestForeignItemLeftAlone(t *testing.T) {
 	}
 	c := e.client()
 	_, err = c.AcquireLock(ctx, "k")
-	if !errors.Is(err, ddblock.ErrInvalidItem) {
+	if !errors.Is(err, ddblock.CodeInvalidItem) {
 		t.Fatalf("err = %v; want INVALID_ITEM", err)
 	}
-	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrInvalidItem) {
+	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.CodeInvalidItem) {
 		t.Fatalf("GetLock: %v", err)
 	}
 	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), Key: map[string]types.AttributeValue{
@@ -115,10 +115,10 @@ func TestOversizedAttributesRefusedByServer(t *testing.T) {
 	_, err := c.AcquireLock(context.Background(), "k", ddblock.WithAdditionalAttributes(map[string]types.AttributeValue{
 		"blob": &types.AttributeValueMemberB{Value: make([]byte, 500<<10)},
 	}))
-	if !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Fatalf("a 500 KB item: %v; want INVALID_ARGUMENT", err)
 	}
-	if _, err := c.GetLock(context.Background(), "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(context.Background(), "k", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("something was written: %v", err)
 	}
 }
@@ -223,13 +223,13 @@ func TestBadKeysRefusedBeforeAnyCall(t *testing.T) {
 			check := func(call string, err error) {
 				t.Helper()
 				var de *ddblock.Error
-				if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &de) || de.Setting != tc.setting {
+				if !errors.Is(err, ddblock.CodeInvalidArgument) || !errors.As(err, &de) || de.Setting != tc.setting {
 					t.Errorf("%s: %v; want INVALID_ARGUMENT naming %s", call, err, tc.setting)
 				}
 			}
 			checkName := func(call string, err error) {
 				t.Helper()
-				if !errors.Is(err, ddblock.ErrInvalidArgument) {
+				if !errors.Is(err, ddblock.CodeInvalidArgument) {
 					t.Errorf("%s: %v; want INVALID_ARGUMENT", call, err)
 				}
 			}

@@ -85,7 +85,7 @@ func TestFencingTokensOnlyRise(t *testing.T) {
 	if err := pl.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.GetLock(ctx, "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) || !errors.Is(err, ddblock.ErrLockReleased) {
+	if _, err := plain.GetLock(ctx, "k", ""); !errors.Is(err, ddblock.CodeLockNotFound) || !errors.Is(err, ddblock.CodeLockReleased) {
 		t.Errorf("GetLock of a released item: %v", err)
 	}
 	for info, err := range plain.ListLocks(ctx) {
@@ -129,7 +129,7 @@ func TestFastTakeover(t *testing.T) {
 	clk.JumpWall(info.HeartbeatTime.Sub(clk.Now()) + 30*time.Second) // wall = stamp + lease
 	var m metricsLog
 	waiter := e.client(ddblock.WithClock(clk), ddblock.WithMaxClockSkew(time.Second), ddblock.WithMetrics(&m))
-	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("inside the skew: %v; want LOCK_HELD", err)
 	}
 	// once its wall clock is past it, it takes over without watching.
@@ -148,7 +148,7 @@ func TestFastTakeover(t *testing.T) {
 	// Without the option, or on an item without a stamp, the waiter
 	// watches the version number as Python does.
 	slow := e.client(ddblock.WithClock(clk))
-	if _, err := slow.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := slow.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("without the option: %v; want LOCK_HELD", err)
 	}
 }
@@ -177,7 +177,7 @@ func TestTryAcquireRemembersObservations(t *testing.T) {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 	clk.Advance(29 * time.Second)
-	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("before the lease: %v", err)
 	}
 	clk.Advance(time.Second)
@@ -222,7 +222,7 @@ func TestEnsureTable(t *testing.T) {
 		t.Errorf("mismatch: %v", err)
 	}
 	_, err = ddblock.EnsureTable(ctx, e.ddb, append(opts, func(o *ddblock.TableOptions) { o.PartitionKeyOnly = true })...)
-	if !errors.Is(err, ddblock.ErrTableMismatch) {
+	if !errors.Is(err, ddblock.CodeTableMismatch) {
 		t.Errorf("partition-key-only against a table with a sort key: %v", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	if n := c.Stats().HeartbeatsSent; n < 2 {
 		t.Errorf("%d heartbeats in two periods; want 2", n)
 	}
-	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKeyValue("x")); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := c.AcquireLock(ctx, "job", ddblock.WithSortKeyValue("x")); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Errorf("a sort key on a partition-key-only table: %v", err)
 	}
 	info, err := c.GetLock(ctx, "job", "")
@@ -267,7 +267,7 @@ func TestPartitionKeyOnlyTable(t *testing.T) {
 	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ddblock.New(ddb, ddblock.WithPartitionKeyOnly(), ddblock.WithSortKeyName("sk")); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := ddblock.New(ddb, ddblock.WithPartitionKeyOnly(), ddblock.WithSortKeyName("sk")); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Errorf("a sort key name with PartitionKeyOnly: %v", err)
 	}
 }
@@ -380,7 +380,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := e.client().AcquireLock(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryAcquireLock(ctx, "other"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := c.TryAcquireLock(ctx, "other"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatal(err)
 	}
 	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "thief")

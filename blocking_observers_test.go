@@ -211,7 +211,7 @@ func TestBlockingLoggerAndMetricsStallNoLock(t *testing.T) {
 	}
 	for _, l := range locks {
 		answers(t, "Err of "+l.PartitionKey(), func() {
-			if err := l.Err(); !errors.Is(err, ddblock.ErrLockInDanger) {
+			if err := l.Err(); !errors.Is(err, ddblock.CodeLockInDanger) {
 				t.Errorf("Err of %s = %v; want LOCK_IN_DANGER", l.PartitionKey(), err)
 			}
 		})
@@ -281,7 +281,7 @@ func TestBlockingMetricsStallNoSessionLock(t *testing.T) {
 			}
 		})
 		answers(t, "Err of "+l.PartitionKey(), func() {
-			if err := l.Err(); !errors.Is(err, ddblock.ErrLockStolen) {
+			if err := l.Err(); !errors.Is(err, ddblock.CodeLockStolen) {
 				t.Errorf("Err of %s = %v; want LOCK_STOLEN", l.PartitionKey(), err)
 			}
 		})

@@ -258,7 +258,7 @@ func (c *Client) register(l *Lock) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return ErrClientShutdown
+		return &Error{Code: CodeClientShutdown}
 	}
 	if l.session != nil {
 		if !l.session.attach(l) {

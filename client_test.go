@@ -56,10 +56,10 @@ func TestAcquireReleaseUncontended(t *testing.T) {
 	default:
 		t.Error("Done not closed after release")
 	}
-	if !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+	if !errors.Is(lock.Err(), ddblock.CodeLockReleased) {
 		t.Errorf("Err after release = %v", lock.Err())
 	}
-	if _, err := c.GetLock(ctx, "job", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(ctx, "job", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("GetLock after release: %v, want LOCK_NOT_FOUND", err)
 	}
 }

@@ -33,7 +33,7 @@ func TestCloseKeepsLocksByDefault(t *testing.T) {
 	default:
 		t.Fatal("Done open after Close")
 	}
-	if !errors.Is(lock.Err(), ddblock.ErrClientShutdown) {
+	if !errors.Is(lock.Err(), ddblock.CodeClientShutdown) {
 		t.Errorf("Err = %v; want CLIENT_SHUTDOWN", lock.Err())
 	}
 	if lock.Status() != ddblock.StatusLocked {
@@ -42,7 +42,7 @@ func TestCloseKeepsLocksByDefault(t *testing.T) {
 	if held := c.HeldLocks(); len(held) != 1 || held[0] != lock {
 		t.Errorf("HeldLocks = %v; want the kept lock", held)
 	}
-	if _, err := c.AcquireLock(ctx, "other"); !errors.Is(err, ddblock.ErrClientShutdown) {
+	if _, err := c.AcquireLock(ctx, "other"); !errors.Is(err, ddblock.CodeClientShutdown) {
 		t.Errorf("acquire after Close: %v; want CLIENT_SHUTDOWN", err)
 	}
 }
@@ -106,7 +106,7 @@ func TestLockKeptByClose(t *testing.T) {
 			}
 			info, err := e.client().GetLock(ctx, "k", "-")
 			switch want := tc.want.itemRVN; {
-			case want == "" && !errors.Is(err, ddblock.ErrLockNotFound):
+			case want == "" && !errors.Is(err, ddblock.CodeLockNotFound):
 				t.Errorf("the item is still there: %+v, %v", info, err)
 			case want == "ours" && (err != nil || info.RecordVersionNumber != ours):
 				t.Errorf("the kept lock's item: %+v, %v", info, err)
@@ -147,7 +147,7 @@ func TestLockKeptByCloseDriftsIntoDanger(t *testing.T) {
 	if lock.Status() != ddblock.StatusInDanger {
 		t.Fatalf("past the safe period: %s; want IN_DANGER", lock.Status())
 	}
-	if !errors.Is(lock.Err(), ddblock.ErrClientShutdown) {
+	if !errors.Is(lock.Err(), ddblock.CodeClientShutdown) {
 		t.Fatalf("Err = %v; want CLIENT_SHUTDOWN", lock.Err())
 	}
 	if s := c.Stats(); s.HeartbeatsSent != 0 {
@@ -156,10 +156,10 @@ func TestLockKeptByCloseDriftsIntoDanger(t *testing.T) {
 	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if _, err := e.client().GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := e.client().GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("item after Release: %v", err)
 	}
-	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.CodeLockReleased) {
 		t.Fatalf("after Release: %s, %v", lock.Status(), lock.Err())
 	}
 }
@@ -200,7 +200,7 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	}
 	select {
 	case err := <-got:
-		if !errors.Is(err, ddblock.ErrClientShutdown) {
+		if !errors.Is(err, ddblock.CodeClientShutdown) {
 			t.Fatalf("err = %v; want CLIENT_SHUTDOWN", err)
 		}
 	case <-time.After(5 * time.Second):

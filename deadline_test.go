@@ -38,7 +38,7 @@ func TestRetryTimeoutCutsTheCallInFlight(t *testing.T) {
 			start := time.Now()
 			_, err = c.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(200*time.Millisecond), ddblock.WithRetryTimeout(time.Second))
 			took := time.Since(start)
-			if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+			if !errors.Is(err, ddblock.CodeAcquireTimeout) {
 				t.Fatalf("AcquireLock with every put %s: %v; want ACQUIRE_TIMEOUT", kind, err)
 			}
 			if took > 15*time.Second {

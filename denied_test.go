@@ -25,7 +25,7 @@ const deniedWithin = 20 * time.Second
 // it came well before the wait's minute was up.
 func checkDenied(t *testing.T, what string, err error, proxy *faultproxy.Proxy, took time.Duration) {
 	t.Helper()
-	if !errors.Is(err, ddblock.ErrAccessDenied) || ddblock.CodeOf(err) != ddblock.CodeAccessDenied {
+	if !errors.Is(err, ddblock.CodeAccessDenied) || ddblock.CodeOf(err) != ddblock.CodeAccessDenied {
 		t.Fatalf("%s: want ACCESS_DENIED, got %v", what, err)
 	}
 	named := false

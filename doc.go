@@ -66,7 +66,7 @@
 // that they commit only while the lock is held, as DynamoDB orders
 // things, whatever the holder's clock says. [Lock.Guard] gives the check
 // alone, for a transaction of your own. A failed guard is
-// [ErrLockNotHeld]. doc/guarded-writes.md states the guarantee and its
+// [CodeLockNotHeld]. doc/guarded-writes.md states the guarantee and its
 // limits.
 //
 // # Elections and semaphores
@@ -104,7 +104,8 @@
 // Every error is an [*Error] with a [Code]: Python's six codes
 // (CLIENT_SHUTDOWN, ACQUIRE_TIMEOUT, LOCK_NOT_OWNED, LOCK_STOLEN,
 // LOCK_IN_DANGER, UNKNOWN) and a few of ddblock's own. Match them with
-// errors.Is against the Err… sentinels; the cause, such as an AWS SDK
+// errors.Is against the code (errors.Is(err, ddblock.CodeLockStolen));
+// the cause, such as an AWS SDK
 // error or the context's error, is reachable with errors.As and
 // errors.Is. Bad arguments, a nil context included, give
 // [CodeInvalidArgument] before anything changes, never a panic.

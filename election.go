@@ -383,7 +383,7 @@ func termOf(info *LockInfo) string {
 
 // Leader returns the current leader, read from the table with a strongly
 // consistent read. With no leader it returns an error of CodeLockNotFound
-// (errors.Is(err, ErrLockNotFound)); an item not written by an Election
+// (errors.Is(err, CodeLockNotFound)); an item not written by an Election
 // (no leader value) is CodeInvalidItem. Like GetLock, it tells who holds
 // the lock, not that the holder is alive.
 func (e *Election) Leader(ctx context.Context) (*LeaderInfo, error) {

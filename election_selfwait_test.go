@@ -42,7 +42,7 @@ func TestCampaignNeverWaitsOnItself(t *testing.T) {
 	defer cancel()
 	before := clk.Monotonic()
 	_, err = el.Campaign(cctx, "me again")
-	if !errors.Is(err, ddblock.ErrAlreadyHeld) {
+	if !errors.Is(err, ddblock.CodeAlreadyHeld) {
 		t.Fatalf("Campaign while this client's lock is held: %v; want ALREADY_HELD", err)
 	}
 	if clk.Monotonic() != before {

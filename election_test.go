@@ -56,7 +56,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 	c2 := env.clientOn(calls2, append(fastTimings, ddblock.WithOwnerName("two"))...)
 	e1, e2 := electionOf(t, c1, "svc"), electionOf(t, c2, "svc")
 
-	if _, err := e1.Leader(ctx); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := e1.Leader(ctx); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("Leader before any campaign: %v; want LOCK_NOT_FOUND", err)
 	}
 	lead1, err := e1.Campaign(ctx, "10.0.0.1:80")
@@ -86,7 +86,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 		default:
 		}
 	}
-	if _, err := e1.Campaign(ctx, "again"); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+	if _, err := e1.Campaign(ctx, "again"); !errors.Is(err, ddblock.CodeAlreadyHeld) {
 		t.Errorf("a second Campaign while leading: %v; want ALREADY_HELD", err)
 	}
 	if err := e1.Resign(ctx); err != nil {
@@ -146,7 +146,7 @@ func TestElectionLeadershipLostEndsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the old leader's context did not end after its lock was taken")
 	}
-	if cause := context.Cause(lead1.Context()); !errors.Is(cause, ddblock.ErrLockStolen) {
+	if cause := context.Cause(lead1.Context()); !errors.Is(cause, ddblock.CodeLockStolen) {
 		t.Errorf("cause %v; want LOCK_STOLEN", cause)
 	}
 }
@@ -329,7 +329,7 @@ func wantInDanger(t *testing.T, what string, ctx context.Context) {
 	if ctx.Err() == nil {
 		t.Errorf("%s: Err() is nil right after the pause", what)
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, ddblock.ErrLockInDanger) {
+	if cause := context.Cause(ctx); !errors.Is(cause, ddblock.CodeLockInDanger) {
 		t.Errorf("%s: cause %v; want LOCK_IN_DANGER", what, cause)
 	}
 }
@@ -384,7 +384,7 @@ func TestContextsCheckTheClock(t *testing.T) {
 			wantInDanger(t, "WithLock's context", lctx)
 			return nil
 		})
-		if !errors.Is(err, ddblock.ErrLockInDanger) {
+		if !errors.Is(err, ddblock.CodeLockInDanger) {
 			t.Errorf("WithLock: %v; want LOCK_IN_DANGER", err)
 		}
 	})
@@ -428,7 +428,7 @@ func TestElectionRunPanicResigns(t *testing.T) {
 	if !stopped {
 		t.Error("OnStoppedLeading was not called")
 	}
-	if _, err := e1.Leader(ctx); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := e1.Leader(ctx); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("Leader after the panic: %v; want LOCK_NOT_FOUND", err)
 	}
 	if n := len(c1.HeldLocks()); n != 0 {
@@ -821,7 +821,7 @@ func TestElectionProclaim(t *testing.T) {
 	if _, err := e2.Campaign(ctx, "two's"); err != nil {
 		t.Fatal(err)
 	}
-	if err := lead.Proclaim(ctx, "late"); !errors.Is(err, ddblock.ErrLockStolen) {
+	if err := lead.Proclaim(ctx, "late"); !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Errorf("Proclaim after the lock was taken: %v; want LOCK_STOLEN", err)
 	}
 	select {
@@ -843,7 +843,7 @@ func TestElectionProclaim(t *testing.T) {
 	if err := e1.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := lead2.Proclaim(ctx, "x"); !errors.Is(err, ddblock.ErrLockReleased) {
+	if err := lead2.Proclaim(ctx, "x"); !errors.Is(err, ddblock.CodeLockReleased) {
 		t.Errorf("Proclaim after Resign: %v; want LOCK_RELEASED", err)
 	}
 }

@@ -13,6 +13,12 @@ import (
 // are ddblock's own.
 type Code string
 
+// Error makes a code an error value to match with errors.Is: every
+// [Error] of the code matches it, however wrapped (errors.Is(err,
+// ddblock.CodeLockNotFound)). It is the code itself, as fmt prints it;
+// ddblock never returns a bare Code.
+func (c Code) Error() string { return string(c) }
+
 // Python's codes.
 const (
 	// CodeClientShutdown: the client was closed.
@@ -140,7 +146,8 @@ const (
 )
 
 // Error is the one error type ddblock returns. Match a kind with
-// errors.Is against the Err… sentinels, or read the fields with errors.As:
+// errors.Is against its code (errors.Is(err, ddblock.CodeAcquireTimeout)),
+// or read the fields with errors.As:
 //
 //	var lerr *ddblock.Error
 //	if errors.As(err, &lerr) && lerr.Code == ddblock.CodeAcquireTimeout { … }
@@ -199,62 +206,15 @@ func (e *Error) Unwrap() error {
 	return e.Err
 }
 
-// Is reports whether target is the sentinel for e's code, so that
-// errors.Is(err, ddblock.ErrAcquireTimeout) works through any wrapping.
+// Is reports whether target is e's code, so that
+// errors.Is(err, ddblock.CodeAcquireTimeout) works through any wrapping.
 func (e *Error) Is(target error) bool {
 	if e == nil {
 		return false
 	}
-	s, ok := target.(*Error)
-	return ok && s.isSentinel() && s.Code == e.Code
+	c, ok := target.(Code)
+	return ok && c == e.Code
 }
-
-func (e *Error) isSentinel() bool {
-	return e.Message == "" && e.Err == nil && e.Setting == "" && e.PartitionKey == "" && e.SortKey == ""
-}
-
-// Sentinels, one per code, for errors.Is.
-var (
-	ErrClientShutdown  = &Error{Code: CodeClientShutdown}
-	ErrAcquireTimeout  = &Error{Code: CodeAcquireTimeout}
-	ErrLockNotOwned    = &Error{Code: CodeLockNotOwned}
-	ErrLockStolen      = &Error{Code: CodeLockStolen}
-	ErrLockInDanger    = &Error{Code: CodeLockInDanger}
-	ErrUnknown         = &Error{Code: CodeUnknown}
-	ErrCanceled        = &Error{Code: CodeCanceled}
-	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}
-	ErrLockReleased    = &Error{Code: CodeLockReleased}
-	ErrLockRecovered   = &Error{Code: CodeLockRecovered}
-	ErrLockHeld        = &Error{Code: CodeLockHeld}
-	ErrLockNotFound    = &Error{Code: CodeLockNotFound}
-	ErrInvalidItem     = &Error{Code: CodeInvalidItem}
-	ErrTableNotFound   = &Error{Code: CodeTableNotFound}
-	ErrTableMismatch   = &Error{Code: CodeTableMismatch}
-	ErrTTLUnsupported  = &Error{Code: CodeTTLUnsupported}
-
-	ErrSemaphoreMismatch = &Error{Code: CodeSemaphoreMismatch}
-)
-
-// Sentinels of the guarded writes' codes.
-var (
-	ErrLockNotHeld             = &Error{Code: CodeLockNotHeld}
-	ErrWriteConditionFailed    = &Error{Code: CodeWriteConditionFailed}
-	ErrTransactionConflict     = &Error{Code: CodeTransactionConflict}
-	ErrOutcomeUnknown          = &Error{Code: CodeOutcomeUnknown}
-	ErrTransactionsUnsupported = &Error{Code: CodeTransactionsUnsupported}
-)
-
-// Sentinel of the unsafe tables' code.
-var ErrTableUnsafe = &Error{Code: CodeTableUnsafe}
-
-// The sentinel for CodeAlreadyHeld.
-var ErrAlreadyHeld = &Error{Code: CodeAlreadyHeld}
-
-// The sentinel for CodeAccessDenied.
-var ErrAccessDenied = &Error{Code: CodeAccessDenied}
-
-// The sentinel for CodeTooManyLocks.
-var ErrTooManyLocks = &Error{Code: CodeTooManyLocks}
 
 // callCode is the code of a DynamoDB call's failure that nothing more
 // precise explains: CodeAccessDenied when AWS refused the permission or

@@ -79,7 +79,7 @@ func ExampleLock_GuardedWrite() {
 		log.Fatal(err)
 	}
 	err = deposit(100)
-	fmt.Println("after the release:", errors.Is(err, ddblock.ErrLockNotHeld))
+	fmt.Println("after the release:", errors.Is(err, ddblock.CodeLockNotHeld))
 
 	out, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(accounts), ConsistentRead: aws.Bool(true),

@@ -39,7 +39,7 @@ func ExampleSemaphore() {
 	fmt.Println("slots held:", min(slotA, slotB), max(slotA, slotB))
 
 	// A third would wait; TryAcquire says at once that none is free.
-	if _, err := migrations.TryAcquire(ctx); errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := migrations.TryAcquire(ctx); errors.Is(err, ddblock.CodeLockHeld) {
 		fmt.Println("third: every slot is held")
 	}
 	// ... migrate under first.Context(ctx) ...

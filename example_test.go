@@ -24,7 +24,7 @@ func exampleDynamoDB() (*dynamodb.Client, string) {
 	err := ddblock.CreateTable(context.Background(), ddb,
 		ddblock.WithNamesFromOptions(ddblock.Options{TableName: table, PartitionKeyName: "lock_key", SortKeyName: "sort_key", TTLAttributeName: "expiry_time"}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
+	if err != nil && !errors.Is(err, ddblock.CodeTTLUnsupported) {
 		log.Fatal(err)
 	}
 	return ddb, table
@@ -95,7 +95,7 @@ func ExampleClient_AcquireLock_timeout() {
 		log.Fatal(err)
 	}
 	_, err := other.AcquireLock(ctx, "leader", ddblock.WithRetryTimeout(0))
-	fmt.Println(errors.Is(err, ddblock.ErrAcquireTimeout))
+	fmt.Println(errors.Is(err, ddblock.CodeAcquireTimeout))
 	info, _ := other.GetLock(ctx, "leader", "")
 	fmt.Println("held by", info.OwnerName, "for", info.LeaseDuration)
 	// Output:
@@ -135,7 +135,7 @@ func ExampleWithCallback() {
 
 	fmt.Println("callback:", <-events)
 	<-lock.Done()
-	fmt.Println("status:", lock.Status(), "stolen:", errors.Is(lock.Err(), ddblock.ErrLockStolen))
+	fmt.Println("status:", lock.Status(), "stolen:", errors.Is(lock.Err(), ddblock.CodeLockStolen))
 	// Output:
 	// callback: LOCK_STOLEN
 	// status: INVALID stolen: true

@@ -50,7 +50,7 @@ func TestDangerAfterFailingHeartbeats(t *testing.T) {
 	}
 	drive(t, clk, c, start+45*time.Second) // long past the safe period, heartbeats still failing
 	waitFor(t, "the danger callback", func() bool { return len(ev.list()) == 1 })
-	if lock.Status() != ddblock.StatusInDanger || !errors.Is(lock.Err(), ddblock.ErrLockInDanger) {
+	if lock.Status() != ddblock.StatusInDanger || !errors.Is(lock.Err(), ddblock.CodeLockInDanger) {
 		t.Fatalf("status %s, err %v", lock.Status(), lock.Err())
 	}
 	if fault.Injected() < 5 {
@@ -93,7 +93,7 @@ func TestHangingHeartbeatDoesNotDelayOthers(t *testing.T) {
 		})
 		clk.AdvanceToNext()
 	}
-	if !errors.Is(locks[0].Err(), ddblock.ErrLockInDanger) {
+	if !errors.Is(locks[0].Err(), ddblock.CodeLockInDanger) {
 		t.Errorf("key-0, its heartbeat hanging for %v: %v; want LOCK_IN_DANGER", clk.Monotonic()-start, locks[0].Err())
 	}
 	for _, l := range locks[1:] {

@@ -41,7 +41,7 @@ func hasTransactions(t *testing.T, lock *ddblock.Lock, e *env) bool {
 	_, err := lock.GuardedWrite(context.Background(), &dynamodb.TransactWriteItemsInput{
 		TransactItems: []types.TransactWriteItem{e.incr("c")},
 	})
-	if !errors.Is(err, ddblock.ErrTransactionsUnsupported) {
+	if !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
 		t.Fatalf("GuardedWrite on %s, which has no transactions: %v; want TRANSACTIONS_UNSUPPORTED", ddbtest.Shared(t).Name(), err)
 	}
 	if got := e.counter("c"); got != 0 {
@@ -229,7 +229,7 @@ func TestGuardHoldsAcrossHeartbeats(t *testing.T) {
 // increment landed.
 func checkNotHeld(t *testing.T, e *env, err error, called bool) {
 	t.Helper()
-	if !errors.Is(err, ddblock.ErrLockNotHeld) {
+	if !errors.Is(err, ddblock.CodeLockNotHeld) {
 		t.Fatalf("GuardedWrite = %v; want LOCK_NOT_HELD", err)
 	}
 	var gw *ddblock.GuardedWriteError
@@ -282,7 +282,7 @@ func TestGuardFailsOnceNotHeld(t *testing.T) {
 		}
 		// DynamoDB Local, like DynamoDB, returns the item that failed the
 		// guard: it names another tenure, so the lock is known stolen.
-		if !errors.Is(lock.Err(), ddblock.ErrLockStolen) || lock.Status() != ddblock.StatusInvalid {
+		if !errors.Is(lock.Err(), ddblock.CodeLockStolen) || lock.Status() != ddblock.StatusInvalid {
 			t.Errorf("after the failed guard: Err %v, Status %s; want LOCK_STOLEN, INVALID", lock.Err(), lock.Status())
 		}
 		checkNotHeld(t, e, guardedIncr(ctx, e, lock, "c"), false)
@@ -301,7 +301,7 @@ func TestGuardFailsOnceNotHeld(t *testing.T) {
 		// version number it watched: no ddblock_tenure.
 		putRawLock(t, e, "k", "python-host#1")
 		checkNotHeld(t, e, guardedIncr(ctx, e, lock, "c"), true)
-		if !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+		if !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 			t.Errorf("Err = %v; want LOCK_STOLEN", lock.Err())
 		}
 	})
@@ -322,7 +322,7 @@ func TestGuardFailsOnceNotHeld(t *testing.T) {
 		}
 		calls.reset()
 		checkNotHeld(t, e, guardedIncr(ctx, e, lock, "c"), false)
-		if _, err := lock.Guard(); !errors.Is(err, ddblock.ErrLockNotHeld) || !errors.Is(err, ddblock.ErrLockReleased) {
+		if _, err := lock.Guard(); !errors.Is(err, ddblock.CodeLockNotHeld) || !errors.Is(err, ddblock.CodeLockReleased) {
 			t.Errorf("Guard of a released lock: %v; want LOCK_NOT_HELD wrapping LOCK_RELEASED", err)
 		}
 		if got := calls.snapshot(); len(got) != 0 {
@@ -414,7 +414,7 @@ func TestGuardFailsOnceNotHeld(t *testing.T) {
 			t.Fatalf("status %s before the guarded write", lock.Status())
 		}
 		checkNotHeld(t, e, guardedIncr(ctx, e, lock, "c"), true)
-		if !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+		if !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 			t.Errorf("Err = %v; want LOCK_STOLEN: a session lock learns it from the guard", lock.Err())
 		}
 	})
@@ -441,7 +441,7 @@ func TestGuardedWriteOwnConditionFails(t *testing.T) {
 	}
 	_, err := lock.GuardedWrite(ctx, in)
 	var gw *ddblock.GuardedWriteError
-	if !errors.Is(err, ddblock.ErrWriteConditionFailed) || !errors.As(err, &gw) {
+	if !errors.Is(err, ddblock.CodeWriteConditionFailed) || !errors.As(err, &gw) {
 		t.Fatalf("GuardedWrite = %v; want WRITE_CONDITION_FAILED", err)
 	}
 	if gw.Action != 1 || len(gw.Reasons) != 2 || aws.ToString(gw.Reasons[1].Code) != "ConditionalCheckFailed" ||
@@ -472,7 +472,7 @@ func TestGuardedWriteConflict(t *testing.T) {
 	fault := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.TransactionConflict, Op: "TransactWriteItems", Count: 1})
 	err := guardedIncr(ctx, e, lock, "c")
 	var gw *ddblock.GuardedWriteError
-	if !errors.Is(err, ddblock.ErrTransactionConflict) || !errors.As(err, &gw) || len(gw.Reasons) != 1 {
+	if !errors.Is(err, ddblock.CodeTransactionConflict) || !errors.As(err, &gw) || len(gw.Reasons) != 1 {
 		t.Fatalf("GuardedWrite = %v; want TRANSACTION_CONFLICT with a reason for the one action", err)
 	}
 	if fault.Injected() != 1 || e.counter("c") != 0 {
@@ -504,7 +504,7 @@ func TestGuardedWriteOutcomeUnknown(t *testing.T) {
 			_, err := lock.GuardedWrite(callCtx, in)
 			cancel()
 			var gw *ddblock.GuardedWriteError
-			if !errors.Is(err, ddblock.ErrOutcomeUnknown) || !errors.As(err, &gw) || gw.RequestToken == "" {
+			if !errors.Is(err, ddblock.CodeOutcomeUnknown) || !errors.As(err, &gw) || gw.RequestToken == "" {
 				t.Fatalf("GuardedWrite = %v; want OUTCOME_UNKNOWN with the request token", err)
 			}
 			fault.Remove()
@@ -565,7 +565,7 @@ func TestGuardedWriteBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := lock.GuardedWrite(tc.ctx, tc.in)
 			var de *ddblock.Error
-			if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &de) || de.Setting != tc.setting {
+			if !errors.Is(err, ddblock.CodeInvalidArgument) || !errors.As(err, &de) || de.Setting != tc.setting {
 				t.Fatalf("GuardedWrite = %v; want INVALID_ARGUMENT naming %s", err, tc.setting)
 			}
 		})
@@ -574,10 +574,10 @@ func TestGuardedWriteBadInput(t *testing.T) {
 		t.Errorf("calls = %v; want none", got)
 	}
 	for _, l := range []*ddblock.Lock{nil, {}} {
-		if _, err := l.GuardedWrite(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{e.incr("c")}}); !errors.Is(err, ddblock.ErrLockNotHeld) {
+		if _, err := l.GuardedWrite(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{e.incr("c")}}); !errors.Is(err, ddblock.CodeLockNotHeld) {
 			t.Errorf("GuardedWrite of %#v = %v; want LOCK_NOT_HELD", l, err)
 		}
-		if _, err := l.Guard(); !errors.Is(err, ddblock.ErrLockNotHeld) {
+		if _, err := l.Guard(); !errors.Is(err, ddblock.CodeLockNotHeld) {
 			t.Errorf("Guard of %#v = %v; want LOCK_NOT_HELD", l, err)
 		}
 	}
@@ -597,7 +597,7 @@ func TestGuardedWriteWithoutTransactWriteItems(t *testing.T) {
 	type narrow struct{ ddblock.DynamoDBAPI }
 	lock := acquireN(t, e.clientOn(narrow{e.ddb}), "k")[0]
 	err := guardedIncr(context.Background(), e, lock, "c")
-	if !errors.Is(err, ddblock.ErrTransactionsUnsupported) {
+	if !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
 		t.Fatalf("GuardedWrite = %v; want TRANSACTIONS_UNSUPPORTED", err)
 	}
 	if _, err := lock.Guard(); err != nil {

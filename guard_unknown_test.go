@@ -44,7 +44,7 @@ func TestGuardedWriteUnknown(t *testing.T) {
 				TransactItems: []types.TransactWriteItem{e.incr("c"), tc.action},
 			})
 			var gw *ddblock.GuardedWriteError
-			if !errors.Is(err, ddblock.ErrUnknown) || !errors.As(err, &gw) {
+			if !errors.Is(err, ddblock.CodeUnknown) || !errors.As(err, &gw) {
 				t.Fatalf("GuardedWrite = %v; want UNKNOWN with a *GuardedWriteError cause", err)
 			}
 			var api smithy.APIError

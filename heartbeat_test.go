@@ -233,13 +233,13 @@ func TestExplicitTPSPacingAndLimit(t *testing.T) {
 	start := clk.Monotonic()
 	locks := acquireN(t, c, "a", "b") // 2 a second, 1 s period: room for 2
 	_, err := c.AcquireLock(context.Background(), "c", ddblock.WithRetryTimeout(time.Minute))
-	if !errors.Is(err, ddblock.ErrTooManyLocks) {
+	if !errors.Is(err, ddblock.CodeTooManyLocks) {
 		t.Fatalf("a third lock at 2 heartbeats a second and a 1 s period: %v; want TOO_MANY_LOCKS", err)
 	}
-	if _, err := c.TryAcquireLock(context.Background(), "c"); !errors.Is(err, ddblock.ErrTooManyLocks) {
+	if _, err := c.TryAcquireLock(context.Background(), "c"); !errors.Is(err, ddblock.CodeTooManyLocks) {
 		t.Fatalf("TryAcquireLock of a third lock: %v; want TOO_MANY_LOCKS", err)
 	}
-	if _, err := c.GetLock(context.Background(), "c", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(context.Background(), "c", ""); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("the refused lock's item: %v; want none written", err)
 	}
 	// Two locks put at once cannot both be sent on time in their first
@@ -343,7 +343,7 @@ func TestStolenDetected(t *testing.T) {
 	if diff := cmp.Diff([]ddblock.Code{ddblock.CodeLockStolen}, ev.list()); diff != "" {
 		t.Errorf("callbacks (-want +got):\n%s", diff)
 	}
-	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 		t.Errorf("status %s, err %v", lock.Status(), lock.Err())
 	}
 	select {
@@ -373,7 +373,7 @@ func TestDangerAfterPauseThenRecovery(t *testing.T) {
 	}
 	waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 })
 	clk.Advance(21 * time.Second) // the pause: past the 20 s safe period
-	if !errors.Is(lock.Err(), ddblock.ErrLockInDanger) {
+	if !errors.Is(lock.Err(), ddblock.CodeLockInDanger) {
 		t.Fatalf("right after the pause Err() = %v; want LOCK_IN_DANGER", lock.Err())
 	}
 	select {
@@ -391,7 +391,7 @@ func TestDangerAfterPauseThenRecovery(t *testing.T) {
 		t.Errorf("stats: %+v", s)
 	}
 	// Done stays closed: the work that stopped does not silently resume.
-	if !errors.Is(lock.Err(), ddblock.ErrLockInDanger) {
+	if !errors.Is(lock.Err(), ddblock.CodeLockInDanger) {
 		t.Errorf("Err after recovery = %v; want the original LOCK_IN_DANGER", lock.Err())
 	}
 }
@@ -410,12 +410,12 @@ func TestWithLockContextAfterPause(t *testing.T) {
 		if ctx.Err() == nil {
 			t.Error("ctx.Err() is nil right after the pause")
 		}
-		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.ErrLockInDanger) {
+		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.CodeLockInDanger) {
 			t.Errorf("cause = %v; want LOCK_IN_DANGER", cause)
 		}
 		return nil
 	})
-	if !errors.Is(err, ddblock.ErrLockInDanger) {
+	if !errors.Is(err, ddblock.CodeLockInDanger) {
 		t.Errorf("WithLock = %v; want LOCK_IN_DANGER", err)
 	}
 }

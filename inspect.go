@@ -15,7 +15,7 @@ import (
 // whoever holds it: Python's BaseDynamoDBLock. An empty sortKey means
 // the default, "-". It returns an error of CodeLockNotFound when there is
 // no such lock (an item kept after its release counts as none; the error
-// then also matches ErrLockReleased), CodeInvalidItem when the item is
+// then also matches CodeLockReleased), CodeInvalidItem when the item is
 // not a lock item, CodeInvalidArgument, before any call, for a key
 // DynamoDB would refuse (empty, over its length, not UTF-8), and
 // CodeTableNotFound, CodeTableMismatch or CodeUnknown when the read

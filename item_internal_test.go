@@ -186,7 +186,7 @@ func FuzzOptions(f *testing.F) {
 			WithHeartbeatTPS(tps), WithCallbackWorkers(workers%64), WithHeartbeatConcurrency(conc),
 			WithTableName(table), WithPartitionKeyName(pk), WithSortKeyName(sk), WithTTLAttributeName(ttl))
 		if err != nil {
-			if !errors.Is(err, ErrInvalidArgument) {
+			if !errors.Is(err, CodeInvalidArgument) {
 				t.Fatalf("untyped error: %v", err)
 			}
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {

@@ -38,7 +38,7 @@ func TestStolenAfterDangerSaysStolen(t *testing.T) {
 	defer cancel()
 	fault := proxy.MustInject(faultproxy.Rule{Kind: faultproxy.ServerError, Op: "UpdateItem"})
 	drive(t, clk, c, start+25*time.Second)
-	if lock.Status() != ddblock.StatusInDanger || !errors.Is(lock.Err(), ddblock.ErrLockInDanger) {
+	if lock.Status() != ddblock.StatusInDanger || !errors.Is(lock.Err(), ddblock.CodeLockInDanger) {
 		t.Fatalf("status %s, Err %v; want IN_DANGER", lock.Status(), lock.Err())
 	}
 	// The server lost the item and another client took the key.
@@ -52,7 +52,7 @@ func TestStolenAfterDangerSaysStolen(t *testing.T) {
 	fault.Remove()
 	drive(t, clk, c, start+31*time.Second)
 	waitFor(t, "the theft to be noticed", func() bool { return lock.Status() == ddblock.StatusInvalid })
-	if !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+	if !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 		t.Fatalf("Err = %v; want LOCK_STOLEN, which outranks LOCK_IN_DANGER", lock.Err())
 	}
 	select {
@@ -60,7 +60,7 @@ func TestStolenAfterDangerSaysStolen(t *testing.T) {
 	default:
 		t.Fatal("Done open")
 	}
-	if cause := context.Cause(lctx); !errors.Is(cause, ddblock.ErrLockInDanger) {
+	if cause := context.Cause(lctx); !errors.Is(cause, ddblock.CodeLockInDanger) {
 		t.Errorf("the lock's context ended with %v; want its first cause, LOCK_IN_DANGER", cause)
 	}
 	waitFor(t, "the callbacks", func() bool { return len(ev.list()) == 2 })
@@ -70,7 +70,7 @@ func TestStolenAfterDangerSaysStolen(t *testing.T) {
 	if err := lock.Release(context.Background()); err != nil {
 		t.Errorf("best-effort release: %v", err)
 	}
-	if err := lock.Release(context.Background(), ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrLockStolen) {
+	if err := lock.Release(context.Background(), ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Errorf("release not best effort: %v; want LOCK_STOLEN", err)
 	}
 	if _, err := thief.GetLock(context.Background(), "k", ""); err != nil {

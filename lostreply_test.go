@@ -84,7 +84,7 @@ func TestGuardedWriteJudgedByEveryAttempt(t *testing.T) {
 		t.Fatalf("the fault did not happen as meant: injected %d, err %v", fault.Injected(), err)
 	}
 	var gw *ddblock.GuardedWriteError
-	if !errors.Is(err, ddblock.ErrOutcomeUnknown) || !errors.As(err, &gw) || gw.RequestToken == "" {
+	if !errors.Is(err, ddblock.CodeOutcomeUnknown) || !errors.As(err, &gw) || gw.RequestToken == "" {
 		t.Fatalf("GuardedWrite = %v (code %s); want OUTCOME_UNKNOWN with the request token", err, ddblock.CodeOf(err))
 	}
 	if got := e.counter("c"); got != 1 {
@@ -184,7 +184,7 @@ func TestAcquireJudgedByEveryAttempt(t *testing.T) {
 		if attrString(item, "owner_name") != other.OwnerName() {
 			t.Fatalf("the item names %q, not the new holder", attrString(item, "owner_name"))
 		}
-	case err != nil && !errors.Is(berr, ddblock.ErrLockHeld):
+	case err != nil && !errors.Is(berr, ddblock.CodeLockHeld):
 		t.Fatalf("the other client: %v; want LOCK_HELD by the abandoned item, or the lock", berr)
 	}
 	var de *ddblock.Error
@@ -277,7 +277,7 @@ func TestGuardedWritesBackToBackKeepTheLock(t *testing.T) {
 						started.Add(1)
 					}
 					tl.committed++
-				case errors.Is(err, ddblock.ErrTransactionConflict):
+				case errors.Is(err, ddblock.CodeTransactionConflict):
 					// Another writer's transaction: nothing written. Back
 					// off a little, as the error says.
 					tl.conflicts++
@@ -382,7 +382,7 @@ func TestRecipesJudgedByEveryAttempt(t *testing.T) {
 			if heldA && heldB {
 				t.Fatalf("two holders after a lost reply")
 			}
-			if !heldB && !errors.Is(errB, ddblock.ErrLockHeld) && !errors.Is(errB, ddblock.ErrAcquireTimeout) {
+			if !heldB && !errors.Is(errB, ddblock.CodeLockHeld) && !errors.Is(errB, ddblock.CodeAcquireTimeout) {
 				t.Errorf("the second client: %v; want the lock, LOCK_HELD or ACQUIRE_TIMEOUT", errB)
 			}
 			t.Logf("first client: held %v (%v); second: held %v (%v)", heldA, errA, heldB, errB)

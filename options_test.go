@@ -180,7 +180,7 @@ func TestTimingDeriveKeepsWhatIsGiven(t *testing.T) {
 // names setting, and that its message contains each of msgs.
 func wantRefused(t *testing.T, err error, setting string, msgs ...string) {
 	t.Helper()
-	if !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Fatalf("err = %v; want INVALID_ARGUMENT", err)
 	}
 	named := false
@@ -249,7 +249,7 @@ func TestNewRefusesSettingsThatCannotWork(t *testing.T) {
 		})
 	}
 	for _, ddb := range []ddblock.DynamoDBAPI{nil, (*dynamodb.Client)(nil)} {
-		if _, err := ddblock.New(ddb); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		if _, err := ddblock.New(ddb); !errors.Is(err, ddblock.CodeInvalidArgument) {
 			t.Errorf("nil client: %v", err)
 		}
 	}

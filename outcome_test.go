@@ -131,7 +131,7 @@ func TestAcquireCleansUpOnlyWritesThatMayHaveLanded(t *testing.T) {
 			calls := newCounting(tc.ddb())
 			c := e.clientOn(calls, ddblock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			_, err := c.AcquireLock(context.Background(), "k-"+strings.ReplaceAll(tc.name, " ", "-"), ddblock.WithRetryTimeout(0))
-			if !errors.Is(err, ddblock.ErrUnknown) {
+			if !errors.Is(err, ddblock.CodeUnknown) {
 				t.Fatalf("acquire: %v; want UNKNOWN", err)
 			}
 			if got := calls.snapshot()["DeleteItem"]; got != tc.deletes {

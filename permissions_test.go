@@ -359,10 +359,10 @@ func permPlainLocks(t *testing.T, u *permRun) {
 	permMust(t, held.Release(ctx, ddblock.WithBestEffort(false)))
 	permReceived(t, got)
 
-	if _, err := b.TryAcquireLock(ctx, "job"); !errors.Is(err, ddblock.ErrAlreadyHeld) {
+	if _, err := b.TryAcquireLock(ctx, "job"); !errors.Is(err, ddblock.CodeAlreadyHeld) {
 		t.Fatalf("TryAcquireLock of a lock the client holds: %v; want ALREADY_HELD", err)
 	}
-	if _, err := a.TryAcquireLock(ctx, "job"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := a.TryAcquireLock(ctx, "job"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("TryAcquireLock of another's lock: %v; want LOCK_HELD", err)
 	}
 
@@ -593,7 +593,7 @@ func permGuardedWrites(t *testing.T, u *permRun) {
 		_, err := l.GuardedWrite(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if transactions {
 			permMust(t, err)
-		} else if !errors.Is(err, ddblock.ErrTransactionsUnsupported) {
+		} else if !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
 			t.Fatalf("GuardedWrite without transactions: %v; want TRANSACTIONS_UNSUPPORTED", err)
 		}
 	}
@@ -703,7 +703,7 @@ func permForceRelease(t *testing.T, u *permRun) {
 	}
 	permCloseAll(t, false, op)
 	stopWaiting()
-	if err := <-waited; !errors.Is(err, ddblock.ErrCanceled) {
+	if err := <-waited; !errors.Is(err, ddblock.CodeCanceled) {
 		t.Fatalf("the waiter whose line was cleared: %v; want it waiting until cancelled", err)
 	}
 }
@@ -720,7 +720,7 @@ func permTableSetup(t *testing.T, u *permRun) {
 		return func(o *ddblock.TableOptions) { o.TableName = name }
 	}
 	ttl := ddbtest.Shared(t).HasTTL()
-	if err := ddblock.CreateTable(ctx, u.rec, named(created), ddblock.WithOnDemand(), poll); err != nil && (ttl || !errors.Is(err, ddblock.ErrTTLUnsupported)) {
+	if err := ddblock.CreateTable(ctx, u.rec, named(created), ddblock.WithOnDemand(), poll); err != nil && (ttl || !errors.Is(err, ddblock.CodeTTLUnsupported)) {
 		t.Fatalf("CreateTable: %v", err)
 	}
 	for _, name := range []string{ensured, created} {

@@ -158,7 +158,7 @@ func TestProductionPathContendedAcquire(t *testing.T) {
 		_, err = waiter.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(time.Second), ddblock.WithRetryTimeout(2500*time.Millisecond))
 	}()
 	stepUntil(t, clk, 2, done, time.Minute)
-	if !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(err, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("err = %v; want ACQUIRE_TIMEOUT", err)
 	}
 	// Attempts at 0, 1 and 2 s.
@@ -219,7 +219,7 @@ func TestProductionPathTryAcquireRemembers(t *testing.T) {
 	}
 	w.check("the first try", w.want(1, 1, 0))
 	clk.Advance(29 * time.Second)
-	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("before the lease: %v; want LOCK_HELD", err)
 	}
 	w.check("a try within the lease", w.want(0, 0, 1))
@@ -247,7 +247,7 @@ func TestProductionPathFencingTokens(t *testing.T) {
 	clk := fakeClock()
 	c := e.clientOn(w.ddb, ddblock.WithClock(clk), ddblock.WithFencingTokens())
 	ctx := context.Background()
-	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := c.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("err = %v; want LOCK_HELD", err)
 	}
 	w.check("the first try", w.want(1, 1, 0))
@@ -322,7 +322,7 @@ func TestProductionPathLostReply(t *testing.T) {
 		clk := fakeClock()
 		c := e.clientOn(w.ddb, ddblock.WithClock(clk))
 		w.step()
-		if _, err := c.TryAcquireLock(ctx, "taken"); !errors.Is(err, ddblock.ErrLockHeld) {
+		if _, err := c.TryAcquireLock(ctx, "taken"); !errors.Is(err, ddblock.CodeLockHeld) {
 			t.Fatalf("err = %v; want LOCK_HELD", err)
 		}
 		w.check("the first try", w.want(1, 1, 0))

@@ -222,7 +222,7 @@ func (c *Client) ForceRelease(ctx context.Context, partitionKey, sortKey, record
 	case err == nil:
 		return nil
 	case wire.ConditionFailed(err):
-		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, ErrLockNotFound) || errors.Is(gerr, ErrLockReleased) {
+		if _, gerr := c.GetLock(ctx, partitionKey, sortKey); errors.Is(gerr, CodeLockNotFound) || errors.Is(gerr, CodeLockReleased) {
 			return gerr
 		}
 		return &Error{Code: CodeLockStolen, Message: "the lock's version number is no longer " + recordVersionNumber,

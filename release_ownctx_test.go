@@ -21,7 +21,7 @@ func TestReleaseWithTheLocksOwnContext(t *testing.T) {
 			if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 				return err
 			}
-			if !errors.Is(context.Cause(ctx), ddblock.ErrLockReleased) {
+			if !errors.Is(context.Cause(ctx), ddblock.CodeLockReleased) {
 				t.Errorf("the function's context after the release: %v; want ended by LOCK_RELEASED", context.Cause(ctx))
 			}
 			return nil
@@ -53,7 +53,7 @@ func TestReleaseWithTheLocksOwnContext(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		err := lock.Release(cctx, ddblock.WithBestEffort(false))
-		if !errors.Is(err, ddblock.ErrCanceled) {
+		if !errors.Is(err, ddblock.CodeCanceled) {
 			t.Fatalf("Release with a cancelled context: %v; want CANCELED", err)
 		}
 	})

@@ -19,7 +19,7 @@ func TestReleaseOfStolenLock(t *testing.T) {
 	}
 	setRVN(t, e, "k", "-", lock.RecordVersionNumber(), "someone-else")
 	err = lock.Release(ctx, ddblock.WithBestEffort(false))
-	if !errors.Is(err, ddblock.ErrLockStolen) {
+	if !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Fatalf("err = %v; want LOCK_STOLEN", err)
 	}
 	// The other holder's item is untouched.
@@ -28,7 +28,7 @@ func TestReleaseOfStolenLock(t *testing.T) {
 		t.Fatalf("item after failed release: %+v, %v", info, err)
 	}
 	// Found stolen: the lock was taken, not given back.
-	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 		t.Errorf("status %s, Err %v; want INVALID, LOCK_STOLEN", lock.Status(), lock.Err())
 	}
 }
@@ -46,7 +46,7 @@ func TestReleaseBestEffortSwallows(t *testing.T) {
 		t.Fatalf("best-effort release returned %v", err)
 	}
 	// Best effort is quiet, but the lock says what happened.
-	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.ErrLockStolen) {
+	if lock.Status() != ddblock.StatusInvalid || !errors.Is(lock.Err(), ddblock.CodeLockStolen) {
 		t.Errorf("status %s, Err %v; want INVALID, LOCK_STOLEN", lock.Status(), lock.Err())
 	}
 	// A second release changes nothing; best effort, it is quiet.
@@ -54,7 +54,7 @@ func TestReleaseBestEffortSwallows(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	// Not best effort, it says the lock is known stolen.
-	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrLockStolen) {
+	if err := lock.Release(ctx, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Fatalf("second release: %v; want LOCK_STOLEN", err)
 	}
 	info, err := c.GetLock(ctx, "k", "-")
@@ -77,7 +77,7 @@ func TestReleaseTwice(t *testing.T) {
 			t.Fatalf("release: %v", err)
 		}
 	}
-	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+	if lock.Status() != ddblock.StatusReleased || !errors.Is(lock.Err(), ddblock.CodeLockReleased) {
 		t.Fatalf("status %s, Err %v", lock.Status(), lock.Err())
 	}
 }
@@ -90,7 +90,7 @@ func TestReleaseNotOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ReleaseLock(ctx, lock, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrLockNotOwned) {
+	if err := b.ReleaseLock(ctx, lock, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.CodeLockNotOwned) {
 		t.Fatalf("release through another client: %v; want LOCK_NOT_OWNED", err)
 	}
 	if err := b.ReleaseLock(ctx, lock); err != nil {
@@ -99,7 +99,7 @@ func TestReleaseNotOwned(t *testing.T) {
 	if lock.Status() != ddblock.StatusLocked {
 		t.Fatalf("status = %s; another client's release must not touch the lock", lock.Status())
 	}
-	if err := b.ReleaseLock(ctx, nil, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if err := b.ReleaseLock(ctx, nil, ddblock.WithBestEffort(false)); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Fatalf("nil lock: %v", err)
 	}
 	if _, err := a.GetLock(ctx, "k", "-"); err != nil {
@@ -115,16 +115,16 @@ func TestForceRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := operator.ForceRelease(ctx, "k", "-", "stale-version"); !errors.Is(err, ddblock.ErrLockStolen) {
+	if err := operator.ForceRelease(ctx, "k", "-", "stale-version"); !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Fatalf("with a stale version: %v; want LOCK_STOLEN and no delete", err)
 	}
-	if err := operator.ForceRelease(ctx, "k", "-", ""); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if err := operator.ForceRelease(ctx, "k", "-", ""); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Fatalf("without a version: %v", err)
 	}
 	if err := operator.ForceRelease(ctx, "k", "", lock.RecordVersionNumber()); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
-	if err := operator.ForceRelease(ctx, "k", "", lock.RecordVersionNumber()); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if err := operator.ForceRelease(ctx, "k", "", lock.RecordVersionNumber()); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("again: %v; want LOCK_NOT_FOUND", err)
 	}
 }
@@ -143,10 +143,10 @@ func TestWithLock(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("WithLock returned %v; want the function's error", err)
 	}
-	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("lock not released after WithLock: %v", err)
 	}
-	if err := c.WithLock(ctx, "k", nil); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if err := c.WithLock(ctx, "k", nil); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Fatalf("nil fn: %v", err)
 	}
 	// A panic in fn still releases the lock, and the panic goes on.
@@ -158,7 +158,7 @@ func TestWithLock(t *testing.T) {
 		}()
 		_ = c.WithLock(ctx, "k", func(context.Context, *ddblock.Lock) error { panic("fn") })
 	}()
-	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(ctx, "k", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Fatalf("lock not released after a panic: %v", err)
 	}
 }
@@ -174,12 +174,12 @@ func TestWithLockCancelledWhenStolen(t *testing.T) {
 		// The next heartbeat finds the thief's version, well within the
 		// safe period: the loss is a theft, not a danger.
 		driveUntil(t, clk, c, ctx.Done(), time.Minute)
-		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.ErrLockStolen) {
+		if cause := context.Cause(ctx); !errors.Is(cause, ddblock.CodeLockStolen) {
 			return errors.New("cause: " + cause.Error())
 		}
 		return nil // fn ignores the loss: WithLock must not
 	})
-	if !errors.Is(err, ddblock.ErrLockStolen) {
+	if !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Fatalf("WithLock: %v; want LOCK_STOLEN since the work was not exclusive", err)
 	}
 }

@@ -68,7 +68,7 @@ func TestSemaphoreResizeGrow(t *testing.T) {
 	takeAll(t, e, "grow", 2)
 	c := e.client(fastTimings...)
 	s := semaphoreOf(t, c, "grow", 2)
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("a third on a full 2-slot semaphore: %v", err)
 	}
 	if err := semaphoreOf(t, e.client(fastTimings...), "grow", 7).Resize(ctx, 3); err != nil {
@@ -81,7 +81,7 @@ func TestSemaphoreResizeGrow(t *testing.T) {
 	if slot, ok := s.SlotOf(lock); !ok || slot != 2 || s.Slots() != 3 {
 		t.Errorf("got slot %d (%v), Slots() = %d; want slot 2 of 3", slot, ok, s.Slots())
 	}
-	if _, err := semaphoreOf(t, c, "grow", 5).TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := semaphoreOf(t, c, "grow", 5).TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("a client made with 5 after the resize to 3, all 3 held: %v; want LOCK_HELD", err)
 	}
 	info, err := c.GetSemaphore(ctx, "grow")
@@ -128,7 +128,7 @@ func TestSemaphoreResizeShrinkWaits(t *testing.T) {
 	if err := locks[2].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newcomer.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := newcomer.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("with slot 2 free but above the new number: %v; want LOCK_HELD", err)
 	}
 	if err := locks[3].Err(); err != nil {
@@ -145,7 +145,7 @@ func TestSemaphoreResizeShrinkWaits(t *testing.T) {
 	if err != nil || info.Slots != 2 || info.Span != 2 || len(info.Holders) != 2 {
 		t.Fatalf("after the resize: %+v, %v; want 2 slots, both held", info, err)
 	}
-	if _, err := semaphoreOf(t, e.client(fastTimings...), "shrink", 4).TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := semaphoreOf(t, e.client(fastTimings...), "shrink", 4).TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("a third after the shrink to 2: %v; want LOCK_HELD", err)
 	}
 }
@@ -171,7 +171,7 @@ func TestSemaphoreResizeContextEnds(t *testing.T) {
 	if _, err := other.TryAcquire(ctx); err != nil {
 		t.Fatalf("slot 0 under the new number: %v", err)
 	}
-	if _, err := semaphoreOf(t, e.client(fastTimings...), "partial", 2).TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := semaphoreOf(t, e.client(fastTimings...), "partial", 2).TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("a second holder beside slot 1's: %v; want LOCK_HELD: slot 1 is above the new number", err)
 	}
 	go func() {
@@ -287,7 +287,7 @@ func TestSemaphoreResizeRacingAcquire(t *testing.T) {
 		slot, _ := acquirer.SlotOf(lock)
 		t.Fatalf("the acquirer that read 2 slots got slot %d after the resize to 1 was written", slot)
 	}
-	if !errors.Is(err, ddblock.ErrLockHeld) {
+	if !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("TryAcquire: %v; want LOCK_HELD", err)
 	}
 	if err := <-resized; err != nil {
@@ -306,11 +306,11 @@ func TestSemaphoreResizeBadInput(t *testing.T) {
 	ctx := context.Background()
 	s := semaphoreOf(t, e.client(fastTimings...), "bad", 2)
 	for _, n := range []int{0, -1, ddblock.MaxSemaphoreSlots + 1} {
-		if err := s.Resize(ctx, n); !errors.Is(err, ddblock.ErrInvalidArgument) {
+		if err := s.Resize(ctx, n); !errors.Is(err, ddblock.CodeInvalidArgument) {
 			t.Errorf("Resize(%d): %v; want INVALID_ARGUMENT", n, err)
 		}
 	}
-	if _, err := e.client().GetSemaphore(ctx, "bad"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := e.client().GetSemaphore(ctx, "bad"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("GetSemaphore of a semaphore never used: %v; want LOCK_NOT_FOUND", err)
 	}
 	// A metadata item that is not a valid one is reported, not trusted.
@@ -321,13 +321,13 @@ func TestSemaphoreResizeBadInput(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := semaphoreOf(t, e.client(), "broken", 2).Resize(ctx, 3); !errors.Is(err, ddblock.ErrInvalidItem) {
+	if err := semaphoreOf(t, e.client(), "broken", 2).Resize(ctx, 3); !errors.Is(err, ddblock.CodeInvalidItem) {
 		t.Errorf("Resize over a broken metadata item: %v; want INVALID_ITEM", err)
 	}
 	var names []string
 	var bad int
 	for info, err := range e.client().ListSemaphores(ctx) {
-		if errors.Is(err, ddblock.ErrInvalidItem) {
+		if errors.Is(err, ddblock.CodeInvalidItem) {
 			bad++
 			continue
 		}
@@ -419,7 +419,7 @@ func TestSemaphoreResizePartitionKeyOnly(t *testing.T) {
 	}
 	sb := semaphoreOf(t, b, "batch", 1) // asks for 1: follows once resized
 	err := resizeCancelledOnceWritten(t, sb, 1)
-	if !errors.Is(err, ddblock.ErrLockHeld) || !strings.Contains(err.Error(), "slot 2") {
+	if !errors.Is(err, ddblock.CodeLockHeld) || !strings.Contains(err.Error(), "slot 2") {
 		t.Fatalf("Resize(1) with slot 2 held: %v; want LOCK_HELD naming slot 2", err)
 	}
 	held, err := sb.Holders(ctx)
@@ -442,7 +442,7 @@ func TestSemaphoreResizePartitionKeyOnly(t *testing.T) {
 	if _, err := sb.TryAcquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sa.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := sa.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("a second holder of the 1-slot semaphore: %v", err)
 	}
 }

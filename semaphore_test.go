@@ -65,7 +65,7 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	clk := fakeClock()
 	late := e.client(ddblock.WithOwnerName("late"), ddblock.WithClock(clk))
 	s := semaphoreOf(t, late, "migrations", n)
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("TryAcquire with every slot held: %v; want LOCK_HELD", err)
 	}
 	held, err := s.Holders(ctx)
@@ -113,7 +113,7 @@ func TestSemaphoreAtMostN(t *testing.T) {
 	default:
 		t.Error("Done not closed after Release")
 	}
-	if !errors.Is(lock.Err(), ddblock.ErrLockReleased) {
+	if !errors.Is(lock.Err(), ddblock.CodeLockReleased) {
 		t.Errorf("Err after Release: %v", lock.Err())
 	}
 }
@@ -142,7 +142,7 @@ func TestSemaphoreCallCounts(t *testing.T) {
 	}
 	calls.reset()
 	for range 3 {
-		if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+		if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 			t.Fatalf("TryAcquire: %v", err)
 		}
 	}
@@ -169,7 +169,7 @@ func TestSemaphoreMismatch(t *testing.T) {
 	} {
 		err := call()
 		var lerr *ddblock.Error
-		if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeSemaphoreMismatch || !errors.Is(err, ddblock.ErrSemaphoreMismatch) {
+		if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeSemaphoreMismatch || !errors.Is(err, ddblock.CodeSemaphoreMismatch) {
 			t.Fatalf("%s with 3 slots on a 2-slot semaphore: %v; want SEMAPHORE_MISMATCH", name, err)
 		}
 		if !strings.Contains(lerr.Message, "has 2 slots, not the 3 asked for") {
@@ -197,7 +197,7 @@ func TestSemaphoreMismatch(t *testing.T) {
 		if okA {
 			loser = errs[1]
 		}
-		if !errors.Is(loser, ddblock.ErrSemaphoreMismatch) {
+		if !errors.Is(loser, ddblock.CodeSemaphoreMismatch) {
 			t.Fatalf("round %d: the loser's error: %v", round, loser)
 		}
 		held, err := semaphoreOf(t, a, name, 3).Holders(ctx)
@@ -260,7 +260,7 @@ func TestSemaphoreMetadataItem(t *testing.T) {
 			t.Fatalf("after the metadata item was deleted, 4 slots: %v", err)
 		}
 	}
-	if _, err := semaphoreOf(t, c, "workers", 2).TryAcquire(ctx); !errors.Is(err, ddblock.ErrSemaphoreMismatch) {
+	if _, err := semaphoreOf(t, c, "workers", 2).TryAcquire(ctx); !errors.Is(err, ddblock.CodeSemaphoreMismatch) {
 		t.Errorf("the old number now: %v; want SEMAPHORE_MISMATCH", err)
 	}
 }
@@ -356,7 +356,7 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 		}
 		cancel()
 	}()
-	if _, err := cancelled.Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrCanceled) || !errors.Is(err, context.Canceled) {
+	if _, err := cancelled.Acquire(cctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.CodeCanceled) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v; want CANCELED wrapping context.Canceled", err)
 	}
 	cancel()
@@ -369,7 +369,7 @@ func TestSemaphoreWaitEnds(t *testing.T) {
 		}
 		_ = closing.Close(ctx, false)
 	}()
-	if _, err := cs.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.ErrClientShutdown) {
+	if _, err := cs.Acquire(ctx, ddblock.WithRetryTimeout(time.Hour)); !errors.Is(err, ddblock.CodeClientShutdown) {
 		t.Errorf("client closed: %v; want CLIENT_SHUTDOWN", err)
 	}
 	if second.Status() != ddblock.StatusLocked {
@@ -407,7 +407,7 @@ func TestSemaphorePartitionKeyOnly(t *testing.T) {
 		t.Fatalf("both acquires got slot %d", slots[0])
 	}
 	calls.reset()
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	if got := fmt.Sprint(calls.snapshot()); got != fmt.Sprint(ops("GetItem", 3)) {
@@ -418,7 +418,7 @@ func TestSemaphorePartitionKeyOnly(t *testing.T) {
 	if err != nil || out.Item["ddblock_semaphore_slots"] == nil {
 		t.Fatalf("metadata item: %v, %v", out.Item, err)
 	}
-	if _, err := semaphoreOf(t, c, "batch", 5).TryAcquire(ctx); !errors.Is(err, ddblock.ErrSemaphoreMismatch) {
+	if _, err := semaphoreOf(t, c, "batch", 5).TryAcquire(ctx); !errors.Is(err, ddblock.CodeSemaphoreMismatch) {
 		t.Errorf("another number: %v", err)
 	}
 }
@@ -484,7 +484,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 			}()
 			err = call()
 		}()
-		if !errors.Is(err, ddblock.ErrInvalidArgument) {
+		if !errors.Is(err, ddblock.CodeInvalidArgument) {
 			t.Errorf("%s: %v; want INVALID_ARGUMENT", name, err)
 		}
 	}

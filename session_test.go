@@ -137,10 +137,10 @@ func TestSessionAndPerLockClientsShareATable(t *testing.T) {
 	if _, err := sess.AcquireLock(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sess.TryAcquireLock(ctx, "a"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := sess.TryAcquireLock(ctx, "a"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("session client on a per-lock lock: %v; want LOCK_HELD", err)
 	}
-	if _, err := plain.TryAcquireLock(ctx, "b"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := plain.TryAcquireLock(ctx, "b"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("per-lock client on a session lock: %v; want LOCK_HELD", err)
 	}
 	if item := rawItem(t, e, "a", "-"); strAttr(item, "ddblock_session") != "" {
@@ -245,7 +245,7 @@ func TestSessionNoTakeoverWhileSessionHeartbeats(t *testing.T) {
 		rvn = next
 	}
 	stepUntil(t, clk, 2, done, 2*time.Minute)
-	if !errors.Is(werr, ddblock.ErrAcquireTimeout) {
+	if !errors.Is(werr, ddblock.CodeAcquireTimeout) {
 		t.Fatalf("waiter: %v; want ACQUIRE_TIMEOUT, never a takeover of a live session's lock", werr)
 	}
 	if got := strAttr(rawItem(t, e, "k", "-"), "owner_name"); got != "dead" {
@@ -317,10 +317,10 @@ func TestSessionDangerAndRecovery(t *testing.T) {
 	waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 })
 	clk.Advance(21 * time.Second) // a pause past the 20 s safe period, under the 30 s lease
 	for i, l := range locks {
-		if !errors.Is(l.Err(), ddblock.ErrLockInDanger) {
+		if !errors.Is(l.Err(), ddblock.CodeLockInDanger) {
 			t.Fatalf("lock %d right after the pause: %v; want LOCK_IN_DANGER", i, l.Err())
 		}
-		if !errors.Is(context.Cause(ctxs[i]), ddblock.ErrLockInDanger) {
+		if !errors.Is(context.Cause(ctxs[i]), ddblock.CodeLockInDanger) {
 			t.Errorf("lock %d's context: %v", i, context.Cause(ctxs[i]))
 		}
 	}
@@ -357,7 +357,7 @@ func TestSessionLostAfterAWholeLease(t *testing.T) {
 	clk.Advance(31 * time.Second) // paused past the 30 s lease
 	for _, l := range locks {
 		waitFor(t, "the loss", func() bool { return l.Status() == ddblock.StatusInvalid })
-		if !errors.Is(l.Err(), ddblock.ErrLockStolen) {
+		if !errors.Is(l.Err(), ddblock.CodeLockStolen) {
 			t.Errorf("Err = %v; want LOCK_STOLEN", l.Err())
 		}
 	}
@@ -514,7 +514,7 @@ func TestSessionInspectAndForceRelease(t *testing.T) {
 	}
 
 	err = op.ForceRelease(ctx, "k", "", info.RecordVersionNumber)
-	if !errors.Is(err, ddblock.ErrLockHeld) || !strings.Contains(err.Error(), key) {
+	if !errors.Is(err, ddblock.CodeLockHeld) || !strings.Contains(err.Error(), key) {
 		t.Fatalf("ForceRelease of a live session's lock = %v; want LOCK_HELD naming the session", err)
 	}
 	if rawItem(t, e, "k", "-") == nil {
@@ -529,7 +529,7 @@ func TestSessionInspectAndForceRelease(t *testing.T) {
 	if err := op.ForceRelease(ctx, "k", "", info.RecordVersionNumber); err != nil {
 		t.Fatalf("ForceRelease once the session is gone: %v", err)
 	}
-	if _, err := op.GetLock(ctx, "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := op.GetLock(ctx, "k", ""); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("GetLock after the forced release: %v", err)
 	}
 }
@@ -597,11 +597,11 @@ func TestSessionTryAcquireRemembers(t *testing.T) {
 	clk := fakeClock()
 	calls := newCounting(e.ddb)
 	waiter := e.clientOn(calls, ddblock.WithClock(clk))
-	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("first try: %v", err)
 	}
 	clk.Advance(5 * time.Second)
-	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := waiter.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Fatalf("try within the lease: %v", err)
 	}
 	clk.Advance(6 * time.Second)
@@ -824,10 +824,10 @@ func TestNoLockOnASessionInDanger(t *testing.T) {
 	waitFor(t, "the client to settle", func() bool { return clk.Timers() >= 2 })
 	clk.Advance(21 * time.Second) // past the safe period, no heartbeat landing
 	waitFor(t, "the first lock in danger", func() bool { return first.Status() == ddblock.StatusInDanger })
-	if _, err := c.TryAcquireLock(ctx, "k1"); !errors.Is(err, ddblock.ErrLockInDanger) {
+	if _, err := c.TryAcquireLock(ctx, "k1"); !errors.Is(err, ddblock.CodeLockInDanger) {
 		t.Fatalf("TryAcquireLock on a session in danger: %v; want LOCK_IN_DANGER", err)
 	}
-	if _, err := c.AcquireLock(ctx, "k1", ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.ErrLockInDanger) {
+	if _, err := c.AcquireLock(ctx, "k1", ddblock.WithRetryTimeout(0)); !errors.Is(err, ddblock.CodeLockInDanger) {
 		t.Fatalf("AcquireLock's last attempt on a session in danger: %v; want LOCK_IN_DANGER", err)
 	}
 	if item := rawItem(t, e, "k1", "-"); item != nil {
@@ -860,7 +860,7 @@ func TestNoLockOnASessionInDanger(t *testing.T) {
 // over all the locks of a dead session client (closed without releasing
 // them, so that its session item stands still, as a killed process's
 // does), one after another and all at once, against the session's lease.
-// Figures are in doc/sessions.md:
+// Figures are in doc/benchmarks.md:
 //
 //	go test -run '^$' -bench DeadSessionTakeover -benchtime 1x -count 3 .
 func BenchmarkDeadSessionTakeover(b *testing.B) {

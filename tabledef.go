@@ -173,7 +173,7 @@ func (t *TableOptions) check() error {
 // them) the table is still created and usable; CreateTable then returns
 // an error of CodeTTLUnsupported, which callers may treat as success:
 //
-//	if err := ddblock.CreateTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) { … }
+//	if err := ddblock.CreateTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.CodeTTLUnsupported) { … }
 func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -424,7 +424,7 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 			t.TableName, ttl.attribute)}
 	}
 	switch err := enableTTL(ctx, api, t); {
-	case errors.Is(err, ErrTTLUnsupported):
+	case errors.Is(err, CodeTTLUnsupported):
 		// DescribeTimeToLive without UpdateTimeToLive: no TTL all the same.
 		report.TTLUnsupported = true
 	case err != nil:

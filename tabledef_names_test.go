@@ -80,7 +80,7 @@ func TestWithNamesFromOptionsDefaults(t *testing.T) {
 				if status, attr := ttlOf(t, ddb, name); status != types.TimeToLiveStatusEnabled || attr != ddblock.DefaultTTLAttributeName {
 					t.Errorf("TTL is %s on %q; want ENABLED on the default %q", status, attr, ddblock.DefaultTTLAttributeName)
 				}
-			} else if !errors.Is(err, ddblock.ErrTTLUnsupported) {
+			} else if !errors.Is(err, ddblock.CodeTTLUnsupported) {
 				t.Fatalf("CreateTable(WithNamesFromOptions(%s)) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", namesOf(opts), srv.Name(), err)
 			}
 
@@ -99,7 +99,7 @@ func TestWithNamesFromOptionsDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close(ctx, true)
-			if _, err := c.CheckTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
+			if _, err := c.CheckTable(ctx, ddb); err != nil && !errors.Is(err, ddblock.CodeTTLUnsupported) {
 				t.Errorf("CheckTable for a client with the same options: %v", err)
 			}
 			if _, err := c.AcquireLock(ctx, "k"); err != nil {

@@ -35,7 +35,7 @@ func TestCreateTableTTL(t *testing.T) {
 			t.Errorf("TTL is %s on %q; want ENABLED on expiry_time", status, attr)
 		}
 	} else {
-		if !errors.Is(err, ddblock.ErrTTLUnsupported) {
+		if !errors.Is(err, ddblock.CodeTTLUnsupported) {
 			t.Fatalf("err = %v; want TTL_UNSUPPORTED from %s, which has no UpdateTimeToLive", err, srv.Name())
 		}
 		// dynalite answers DescribeTimeToLive, with TTL off.
@@ -181,7 +181,7 @@ func TestCreateTableErrors(t *testing.T) {
 	err = ddblock.CreateTable(ctx, e.ddb, ddblock.WithProvisionedCapacity(0, 5), ddblock.WithPollInterval(0),
 		ddblock.WithNamesFromOptions(ddblock.Options{TableName: "x", PartitionKeyName: "a", SortKeyName: "a", TTLAttributeName: "t"}))
 	var lerr *ddblock.Error
-	if !errors.Is(err, ddblock.ErrInvalidArgument) || !errors.As(err, &lerr) {
+	if !errors.Is(err, ddblock.CodeInvalidArgument) || !errors.As(err, &lerr) {
 		t.Fatalf("bad table options: %v", err)
 	}
 	for _, want := range []string{"TableName", "SortKeyName", "Capacity", "PollInterval"} {
@@ -373,8 +373,8 @@ func TestTableGlobalReplication(t *testing.T) {
 				if got := ddblock.CodeOf(err); got != tc.wantCode {
 					t.Fatalf("err = %v; want code %q", err, tc.wantCode)
 				}
-				if tc.wantCode == ddblock.CodeTableUnsafe && !errors.Is(err, ddblock.ErrTableUnsafe) {
-					t.Errorf("errors.Is(%v, ErrTableUnsafe) = false", err)
+				if tc.wantCode == ddblock.CodeTableUnsafe && !errors.Is(err, ddblock.CodeTableUnsafe) {
+					t.Errorf("errors.Is(%v, CodeTableUnsafe) = false", err)
 				}
 				for _, want := range tc.wantInMsg {
 					if !strings.Contains(err.Error(), want) {
@@ -413,18 +413,18 @@ func TestCheckTable(t *testing.T) {
 	}
 
 	missing := e.client(ddblock.WithTableName(ddbtest.TableName(t)))
-	if _, err := missing.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.ErrTableNotFound) {
+	if _, err := missing.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.CodeTableNotFound) {
 		t.Errorf("missing table: %v; want TABLE_NOT_FOUND", err)
 	}
 	otherKeys := e.client(ddblock.WithSortKeyName("range_key"))
-	if _, err := otherKeys.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.ErrTableMismatch) ||
+	if _, err := otherKeys.CheckTable(ctx, e.ddb); !errors.Is(err, ddblock.CodeTableMismatch) ||
 		!strings.Contains(err.Error(), `sort key is "sort_key", want "range_key"`) {
 		t.Errorf("other sort key: %v; want TABLE_MISMATCH naming both", err)
 	}
-	if _, err := e.client().CheckTable(ctx, nil); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := e.client().CheckTable(ctx, nil); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Errorf("nil API: %v; want INVALID_ARGUMENT", err)
 	}
-	if _, err := e.client().CheckTable(ctx, (*dynamodb.Client)(nil)); !errors.Is(err, ddblock.ErrInvalidArgument) {
+	if _, err := e.client().CheckTable(ctx, (*dynamodb.Client)(nil)); !errors.Is(err, ddblock.CodeInvalidArgument) {
 		t.Errorf("nil *dynamodb.Client: %v; want INVALID_ARGUMENT", err)
 	}
 }

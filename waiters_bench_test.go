@@ -13,7 +13,7 @@ import (
 // BenchmarkHandoff times a handoff: from the holder calling Release to
 // the waiter's AcquireLock returning the lock, the waiter asleep for a
 // random part of its 100 ms retry period when the release comes. It
-// asserts nothing about speed; the figures are in doc/waiting.md.
+// asserts nothing about speed; the figures are in doc/benchmarks.md.
 //
 //   - in-process: the waiter is a goroutine of the holder's own client
 //     (WithWaitOnOwn): the release hands it the key, and its put goes out

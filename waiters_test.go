@@ -155,7 +155,7 @@ func TestWaitersOfOneKeyShareOnePoll(t *testing.T) {
 	waitFor(t, "the next handoff", func() bool { return len(pool.won()) == 3 })
 	pool.stop()
 	for _, err := range pool.failed() {
-		if !errors.Is(err, ddblock.ErrCanceled) {
+		if !errors.Is(err, ddblock.CodeCanceled) {
 			t.Errorf("a waiter ended with %v; want CANCELED", err)
 		}
 	}

@@ -35,6 +35,7 @@ var (
 		reflect.TypeFor[ddblock.LockInfo](),
 		reflect.TypeFor[ddblock.GuardedWriteError](),
 		reflect.TypeFor[ddblock.NoMetrics](),
+		reflect.TypeFor[ddblock.Code](),
 		reflect.TypeFor[ddblock.SemaphoreInfo](),
 	}
 )
@@ -131,7 +132,7 @@ func argFor(t *testing.T, at reflect.Type) reflect.Value {
 	case at == reflect.TypeFor[context.Context]():
 		return reflect.ValueOf(context.Background())
 	case at == reflect.TypeFor[error]():
-		return reflect.ValueOf(error(ddblock.ErrLockHeld))
+		return reflect.ValueOf(error(ddblock.CodeLockHeld))
 	case at.Kind() == reflect.String:
 		return reflect.ValueOf("k").Convert(at)
 	case at.Kind() == reflect.Int:

@@ -498,8 +498,8 @@ func TestGetLock(t *testing.T) {
 
 	t.Run("not found", func(t *testing.T) {
 		info, err := reader.GetLock(ctx, "nobody-holds-this", "-")
-		if !errors.Is(err, ddblock.ErrLockNotFound) {
-			t.Fatalf("GetLock = %v, %v; want ErrLockNotFound", info, err)
+		if !errors.Is(err, ddblock.CodeLockNotFound) {
+			t.Fatalf("GetLock = %v, %v; want CodeLockNotFound", info, err)
 		}
 		var lerr *ddblock.Error
 		if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeLockNotFound || lerr.PartitionKey != "nobody-holds-this" || lerr.SortKey != "-" {
@@ -545,8 +545,8 @@ func TestGetLock(t *testing.T) {
 		if err := py.releaseLock(ctx, l, false); err != nil {
 			t.Fatalf("Python release: %v", err)
 		}
-		if _, err := reader.GetLock(ctx, "peer-held", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
-			t.Errorf("GetLock after Python's release: %v, want ErrLockNotFound", err)
+		if _, err := reader.GetLock(ctx, "peer-held", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
+			t.Errorf("GetLock after Python's release: %v, want CodeLockNotFound", err)
 		}
 	})
 
@@ -567,8 +567,8 @@ func TestGetLock(t *testing.T) {
 		if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := reader.GetLock(ctx, "go-held", "shard-1"); !errors.Is(err, ddblock.ErrLockNotFound) {
-			t.Errorf("GetLock after release: %v, want ErrLockNotFound", err)
+		if _, err := reader.GetLock(ctx, "go-held", "shard-1"); !errors.Is(err, ddblock.CodeLockNotFound) {
+			t.Errorf("GetLock after release: %v, want CodeLockNotFound", err)
 		}
 	})
 }

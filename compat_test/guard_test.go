@@ -47,7 +47,7 @@ func TestPythonTakeoverFailsGoGuard(t *testing.T) {
 		return err
 	}
 	if !ddbtest.Shared(t).HasTransactions() {
-		if err := write(); !errors.Is(err, ddblock.ErrTransactionsUnsupported) {
+		if err := write(); !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
 			t.Fatalf("GuardedWrite on a server without transactions: %v; want TRANSACTIONS_UNSUPPORTED", err)
 		}
 		return
@@ -68,10 +68,10 @@ func TestPythonTakeoverFailsGoGuard(t *testing.T) {
 		t.Fatalf("Python's item carries ddblock_tenure: %v", item)
 	}
 	err = write()
-	if !errors.Is(err, ddblock.ErrLockNotHeld) {
+	if !errors.Is(err, ddblock.CodeLockNotHeld) {
 		t.Fatalf("the old Go holder's guarded write after Python's takeover: %v; want LOCK_NOT_HELD", err)
 	}
-	if !errors.Is(held.Err(), ddblock.ErrLockStolen) {
+	if !errors.Is(held.Err(), ddblock.CodeLockStolen) {
 		t.Errorf("the Go lock after the failed guard: %v; want LOCK_STOLEN", held.Err())
 	}
 	if got := rawItem(t, ddb, n, "data#ledger-7", "-")["n"]; attrN(got) != "1" {

@@ -32,7 +32,7 @@ func TestForceReleaseOfPythonLock(t *testing.T) {
 	op := newGoClient(t, ddb, n)
 
 	// A version number read a heartbeat ago is refused.
-	if err := op.ForceRelease(ctx, "stuck-job", "-", uuid4()); !errors.Is(err, ddblock.ErrLockStolen) {
+	if err := op.ForceRelease(ctx, "stuck-job", "-", uuid4()); !errors.Is(err, ddblock.CodeLockStolen) {
 		t.Fatalf("ForceRelease with a stale version number = %v, want LOCK_STOLEN (nothing removed)", err)
 	}
 	// With the current one it goes through; the holder heartbeats every
@@ -51,7 +51,7 @@ func TestForceReleaseOfPythonLock(t *testing.T) {
 			removed = true
 			break
 		}
-		if !errors.Is(err, ddblock.ErrLockStolen) {
+		if !errors.Is(err, ddblock.CodeLockStolen) {
 			t.Fatalf("ForceRelease: %v", err)
 		}
 	}
@@ -69,7 +69,7 @@ func TestForceReleaseOfPythonLock(t *testing.T) {
 	if s := l.Status(); s != pyInvalid {
 		t.Errorf("Python lock status = %s, want %s", s, pyInvalid)
 	}
-	if _, err := op.GetLock(ctx, "stuck-job", "-"); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := op.GetLock(ctx, "stuck-job", "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("GetLock after the removal: %v, want LOCK_NOT_FOUND", err)
 	}
 }

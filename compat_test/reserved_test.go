@@ -88,7 +88,7 @@ func TestGoRefusesPythonReservedNames(t *testing.T) {
 		"ddblock_fencing_token", "ddblock_released", "ddblock_heartbeat_ms"} {
 		attrs := map[string]types.AttributeValue{name: &types.AttributeValueMemberS{Value: "x"}}
 		lock, err := c.AcquireLock(context.Background(), "reserved", ddblock.WithAdditionalAttributes(attrs))
-		if !errors.Is(err, ddblock.ErrInvalidArgument) {
+		if !errors.Is(err, ddblock.CodeInvalidArgument) {
 			t.Errorf("additional attribute %q: AcquireLock = %v, %v; want INVALID_ARGUMENT", name, lock, err)
 		}
 		if lock != nil {

@@ -355,7 +355,7 @@ func TestPythonAndSessionClientCoexist(t *testing.T) {
 	goItem := rawItem(t, ddb, n, "go-key", "-")
 	sessionRVN := attrS(rawItem(t, ddb, n, gl.SessionKey(), "-"), colRVN)
 
-	if _, err := goc.TryAcquireLock(ctx, "py-key"); !errors.Is(err, ddblock.ErrLockHeld) {
+	if _, err := goc.TryAcquireLock(ctx, "py-key"); !errors.Is(err, ddblock.CodeLockHeld) {
 		t.Errorf("Go session client's TryAcquireLock on Python's lock: %v; want LOCK_HELD", err)
 	}
 	// Each waits on the other's lock at the same time, well past both
@@ -367,7 +367,7 @@ func TestPythonAndSessionClientCoexist(t *testing.T) {
 		goErr <- err
 	}()
 	pyTimesOut(t, py, "go-key")
-	if err := <-goErr; !errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if err := <-goErr; !errors.Is(err, ddblock.CodeAcquireTimeout) {
 		t.Errorf("Go session client's AcquireLock on Python's heartbeated lock: %v; want ACQUIRE_TIMEOUT", err)
 	}
 

@@ -207,7 +207,7 @@ func TestCheckerCatchesWaiterThatStoppedLooking(t *testing.T) {
 				}
 				log.Attempted("w", "k", wStart, mutexcheck.Now(), outcome)
 			} else {
-				if _, err := w.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.ErrLockHeld) {
+				if _, err := w.TryAcquireLock(ctx, "k"); !errors.Is(err, ddblock.CodeLockHeld) {
 					t.Fatalf("the first try: %v; want LOCK_HELD", err)
 				}
 				outcome = string(ddblock.CodeAcquireTimeout) // what it will say

@@ -139,7 +139,7 @@ func fairAcquiresEndedByGarbage(t *testing.T, res chaosResult) {
 }
 
 // TestFairSoak is the long run with fair waiters, recorded in
-// doc/waiting.md:
+// doc/reliability.md:
 //
 //	go test ./reliability_test -run TestFairSoak -soak=5m -v -timeout 0
 func TestFairSoak(t *testing.T) {

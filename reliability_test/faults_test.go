@@ -120,7 +120,7 @@ func TestAcquireGivesUpWithTypedError(t *testing.T) {
 			if got := c.proxy.Counts().ByOp["PutItem"]; got%2 != 0 || got < 2 || got > 2*3 {
 				t.Errorf("PutItem was sent %d times, want the SDK's 2 attempts in each of ddblock's 1 to 3", got)
 			}
-			if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
+			if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.CodeLockNotFound) {
 				t.Errorf("GetLock after a failed acquire: %v, want LOCK_NOT_FOUND", err)
 			}
 		})
@@ -375,7 +375,7 @@ func TestReleaseUnderFaults(t *testing.T) {
 		if err := lock.Release(context.Background(), ddblock.WithBestEffort(false)); err != nil {
 			t.Fatalf("Release with one throttle and two attempts: %v", err)
 		}
-		if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) || f.Injected() != 1 {
+		if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.CodeLockNotFound) || f.Injected() != 1 {
 			t.Errorf("GetLock after the release: %v (injected %d); want LOCK_NOT_FOUND after one throttle", err, f.Injected())
 		}
 	})
@@ -451,7 +451,7 @@ func TestReleaseReplyLostIsNotStolen(t *testing.T) {
 	if err := lock.Release(context.Background(), ddblock.WithBestEffort(false)); err != nil {
 		t.Errorf("Release whose delete landed: %v, want nil", err)
 	}
-	if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.ErrLockNotFound) {
+	if _, err := c.GetLock(context.Background(), "k", ""); !errors.Is(err, ddblock.CodeLockNotFound) {
 		t.Errorf("GetLock: %v, want LOCK_NOT_FOUND", err)
 	}
 }

@@ -645,7 +645,7 @@ func guardedUnsupported(t *testing.T) {
 		}}},
 	})
 	var lerr *ddblock.Error
-	if !errors.Is(err, ddblock.ErrTransactionsUnsupported) || !errors.As(err, &lerr) {
+	if !errors.Is(err, ddblock.CodeTransactionsUnsupported) || !errors.As(err, &lerr) {
 		t.Fatalf("GuardedWrite on %s, which has no transactions: %v; want a *ddblock.Error of TRANSACTIONS_UNSUPPORTED", ddbtest.Shared(t).Name(), err)
 	}
 	if n, err := mutexcheck.ReadCounter(context.Background(), e.direct, data, "key-0"); err != nil || n != 0 {

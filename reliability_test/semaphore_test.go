@@ -159,7 +159,7 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := sem.TryAcquire(ctx); !errors.Is(err, ddblock.ErrSemaphoreMismatch) {
+				if _, err := sem.TryAcquire(ctx); !errors.Is(err, ddblock.CodeSemaphoreMismatch) {
 					t.Fatalf("a third asking for 3 slots: %v; want SEMAPHORE_MISMATCH", err)
 				}
 			} else {
@@ -339,7 +339,7 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 					}
 				}
 				cancel()
-				if err := <-done; !errors.Is(err, ddblock.ErrLockHeld) {
+				if err := <-done; !errors.Is(err, ddblock.CodeLockHeld) {
 					t.Fatalf("Resize with slot 2 held, ended: %v; want LOCK_HELD", err)
 				}
 			}
@@ -355,7 +355,7 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := newcomer.TryAcquire(ctx); !errors.Is(err, ddblock.ErrLockHeld) {
+				if _, err := newcomer.TryAcquire(ctx); !errors.Is(err, ddblock.CodeLockHeld) {
 					t.Fatalf("a newcomer after the resize to 2, two holding: %v; want LOCK_HELD", err)
 				}
 			}

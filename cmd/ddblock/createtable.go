@@ -116,7 +116,7 @@ func tableCommand(ctx context.Context, env *environ, args []string, ensure bool)
 	case err == nil:
 		fmt.Fprintf(env.stdout, "created %s with TTL on %s\n", what, conn.ttlName)
 		return nil
-	case errors.Is(err, ddblock.ErrTTLUnsupported):
+	case errors.Is(err, ddblock.CodeTTLUnsupported):
 		fmt.Fprintf(env.stdout, "created %s; %s\n", what, noTTL)
 		return nil
 	case isResourceInUse(err):

@@ -125,7 +125,7 @@ func (d *demo) run(ctx context.Context, endpoint string) error {
 		TTLAttributeName: ddblock.DefaultTTLAttributeName,
 	}), ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
 	ttl := "TTL enabled"
-	if errors.Is(err, ddblock.ErrTTLUnsupported) {
+	if errors.Is(err, ddblock.CodeTTLUnsupported) {
 		ttl, err = "this server has no TTL, which the demo does not need", nil
 	}
 	if err != nil {

@@ -5,8 +5,7 @@ package main
 // holding and B waiting, both running the writer (writer_test.go), and
 // reads from the writers' own CLOCK_MONOTONIC timestamps whether the two
 // commands ever ran at once: A's last line must come before B's first.
-// That order is the only timing asserted; the rest is logged, and
-// doc/cli.md reports it.
+// That order is the only timing asserted; the rest is logged.
 
 import (
 	"bytes"

@@ -350,7 +350,7 @@ func (f *fixture) lookup(key, sortKey string) *ddblock.LockInfo {
 	}
 	defer closeClient(c)
 	info, err := c.GetLock(context.Background(), key, sortKey)
-	if errors.Is(err, ddblock.ErrLockNotFound) {
+	if errors.Is(err, ddblock.CodeLockNotFound) {
 		return nil
 	}
 	if err != nil {

@@ -83,7 +83,7 @@ func TestKeyChecksAgreeWithLibrary(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			libRefused := errors.Is(libErr, ddblock.ErrInvalidArgument)
+			libRefused := errors.Is(libErr, ddblock.CodeInvalidArgument)
 			if libErr != nil && !libRefused {
 				t.Fatalf("TryAcquireLock(%d bytes, %d bytes): %v", len(k), len(s), libErr)
 			}

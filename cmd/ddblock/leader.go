@@ -73,7 +73,7 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 	}
 	if !watch {
 		info, err := election.Leader(ctx)
-		if errors.Is(err, ddblock.ErrLockNotFound) {
+		if errors.Is(err, ddblock.CodeLockNotFound) {
 			return fail(exitNotFound, "no leader of %q", pos[0])
 		}
 		if ddblock.CodeOf(err) == ddblock.CodeInvalidItem {
@@ -94,7 +94,7 @@ func cmdLeader(ctx context.Context, env *environ, args []string) error {
 			said = ""
 		}
 		switch {
-		case errors.Is(err, ddblock.ErrAccessDenied):
+		case errors.Is(err, ddblock.CodeAccessDenied):
 			// Refused by AWS: no later read can do better.
 			return libError(err, conn.table)
 		case err != nil:

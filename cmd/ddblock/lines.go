@@ -273,7 +273,7 @@ func strAttr(item map[string]types.AttributeValue, name string) string {
 // counter that is not one ddblock could have written says how to clear
 // it.
 func lineError(err error, conn *connFlags, pk, sk string) error {
-	if errors.Is(err, ddblock.ErrInvalidItem) {
+	if errors.Is(err, ddblock.CodeInvalidItem) {
 		return fail(exitDataErr, "%v (clear it with: ddblock release --force %s)", trimmed{err}, lineKeyArgs(conn, pk, sk))
 	}
 	return libError(err, conn.table)
@@ -305,7 +305,7 @@ func getLine(ctx context.Context, env *environ, client *ddblock.Client, conn *co
 		case err == nil:
 			e.free = len(si.Holders) < si.Slots
 			e.lock = fmt.Sprintf("semaphore, %d of %d slots held", len(si.Holders), si.Slots)
-		case errors.Is(err, ddblock.ErrLockNotFound):
+		case errors.Is(err, ddblock.CodeLockNotFound):
 			e.lock = "semaphore, no metadata item"
 		default:
 			e.lock = "unknown (" + oneLine(trimmed{err}.Error()) + ")"
@@ -316,7 +316,7 @@ func getLine(ctx context.Context, env *environ, client *ddblock.Client, conn *co
 		case err == nil:
 			e.free = false
 			e.lock = "held by " + ownerText(l)
-		case errors.Is(err, ddblock.ErrLockNotFound):
+		case errors.Is(err, ddblock.CodeLockNotFound):
 		default:
 			e.free = false
 			e.lock = "unknown (" + oneLine(trimmed{err}.Error()) + ")"
@@ -384,7 +384,7 @@ func getTicket(ctx context.Context, env *environ, client *ddblock.Client, conn *
 	gen, n, lockPK, _ := parseTicketKey(key)
 	// The line first: the library's read classifies a missing table.
 	info, err := hooks.Line(ctx, client, lockPK, sk)
-	if err != nil && !errors.Is(err, ddblock.ErrInvalidItem) {
+	if err != nil && !errors.Is(err, ddblock.CodeInvalidItem) {
 		return libError(err, conn.table)
 	}
 	item, err := conn.rawItem(ctx, key, sk)
@@ -488,7 +488,7 @@ func releaseLine(ctx context.Context, env *environ, client *ddblock.Client, conn
 	what := lineOf(client, lockPK, sk)
 	info, err := hooks.Line(ctx, client, lockPK, sk)
 	switch {
-	case errors.Is(err, ddblock.ErrInvalidItem):
+	case errors.Is(err, ddblock.CodeInvalidItem):
 		// What clearing is for: a counter no waiter can use.
 		fmt.Fprintf(env.stdout, "the line of fair waiters of %s is not one ddblock could have written: %s\n", what, oneLine(trimmed{err}.Error()))
 	case err != nil:
@@ -541,7 +541,7 @@ func refuseTicketRelease(client *ddblock.Client, conn *connFlags, key, lockPK, s
 func waitingText(ctx context.Context, client *ddblock.Client, conn *connFlags, pk, sk string) (string, int) {
 	info, err := hooks.Line(ctx, client, pk, sk)
 	switch {
-	case errors.Is(err, ddblock.ErrInvalidItem):
+	case errors.Is(err, ddblock.CodeInvalidItem):
 		return "its line is not one ddblock could have written (see: ddblock get " + lineKeyArgs(conn, pk, sk) + ")", 0
 	case err != nil:
 		return "unknown (reading the line failed: " + oneLine(trimmed{err}.Error()) + ")", 0

@@ -116,7 +116,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		}
 		var locks []*ddblock.LockInfo
 		for info, err := range seq {
-			if errors.Is(err, ddblock.ErrInvalidItem) {
+			if errors.Is(err, ddblock.CodeInvalidItem) {
 				// One foreign item must not hide the locks.
 				fmt.Fprintf(env.stderr, "ddblock ls: skipped an item that is not a lock: %s\n", oneLine(err.Error()))
 				continue
@@ -166,7 +166,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 	// semaphore's alike.
 	var lines []*hooks.LineInfo
 	for line, err := range hooks.ListLines(ctx, client) {
-		if errors.Is(err, ddblock.ErrInvalidItem) {
+		if errors.Is(err, ddblock.CodeInvalidItem) {
 			// One garbled line must not hide the others, nor the locks.
 			fmt.Fprintf(env.stderr, "ddblock ls: skipped a line of fair waiters that is not valid: %s\n", oneLine(err.Error()))
 			continue

@@ -93,7 +93,7 @@ func cmdResize(ctx context.Context, env *environ, args []string) error {
 		before, err = client.GetSemaphore(ctx, name)
 	}
 	switch {
-	case errors.Is(err, ddblock.ErrLockNotFound):
+	case errors.Is(err, ddblock.CodeLockNotFound):
 		fmt.Fprintf(env.stdout, "semaphore %s is new: it gets %d slots\n", cell(name), n)
 	case err != nil:
 		return resizeError(client, &conn, name, err)

@@ -422,7 +422,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 	switch {
 	case err == nil:
 		return lock, nil
-	case errors.Is(err, ddblock.ErrAcquireTimeout):
+	case errors.Is(err, ddblock.CodeAcquireTimeout):
 		h, herr := r.holder(ctx)
 		switch {
 		case herr == nil:
@@ -464,7 +464,7 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		fmt.Fprintf(r.env.stderr, "ddblock run: acquired lock %s after %v\n", name, time.Since(start).Round(time.Millisecond))
 		return lock, nil
 	}
-	if errors.Is(err, ddblock.ErrAcquireTimeout) {
+	if errors.Is(err, ddblock.CodeAcquireTimeout) {
 		holder, herr := r.holder(context.WithoutCancel(ctx))
 		switch {
 		case herr != nil:
@@ -509,7 +509,7 @@ func (r *runner) holder(ctx context.Context) (string, error) {
 		return strings.Join(owners, ", "), nil
 	}
 	info, err := r.client.GetLock(ctx, r.key, r.sortKey)
-	if errors.Is(err, ddblock.ErrLockNotFound) {
+	if errors.Is(err, ddblock.CodeLockNotFound) {
 		return heldByNobody, nil
 	}
 	if err != nil {
@@ -640,7 +640,7 @@ func transientAcquireError(err error) bool {
 }
 
 func isLost(err error) bool {
-	return errors.Is(err, ddblock.ErrLockStolen) || errors.Is(err, ddblock.ErrLockInDanger)
+	return errors.Is(err, ddblock.CodeLockStolen) || errors.Is(err, ddblock.CodeLockInDanger)
 }
 
 // release gives the lock back; quiet when the lock is known to be lost.

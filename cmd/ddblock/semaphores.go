@@ -66,8 +66,8 @@ func groupSemaphores(ctx context.Context, client *ddblock.Client, conn *connFlag
 	if only != "" {
 		info, err := client.GetSemaphore(ctx, only)
 		switch {
-		case errors.Is(err, ddblock.ErrLockNotFound):
-		case errors.Is(err, ddblock.ErrInvalidItem):
+		case errors.Is(err, ddblock.CodeLockNotFound):
+		case errors.Is(err, ddblock.CodeInvalidItem):
 			fmt.Fprintf(stderr, "ddblock ls: skipped a semaphore metadata item that is not valid: %s\n", oneLine(err.Error()))
 		case err != nil:
 			return nil, nil, nil, libError(err, conn.table)
@@ -76,7 +76,7 @@ func groupSemaphores(ctx context.Context, client *ddblock.Client, conn *connFlag
 		}
 	} else {
 		for info, err := range client.ListSemaphores(ctx) {
-			if errors.Is(err, ddblock.ErrInvalidItem) {
+			if errors.Is(err, ddblock.CodeInvalidItem) {
 				fmt.Fprintf(stderr, "ddblock ls: skipped a semaphore metadata item that is not valid: %s\n", oneLine(err.Error()))
 				continue
 			}
@@ -182,7 +182,7 @@ func printSemaphores(w io.Writer, entries []*semaphoreEntry) error {
 // semaphoreMetaName returns the semaphore whose metadata item is
 // key/sortKey, when a read of it as a lock failed as not a lock item.
 func semaphoreMetaName(client *ddblock.Client, err error, key, sortKey string) (string, bool) {
-	if !errors.Is(err, ddblock.ErrInvalidItem) {
+	if !errors.Is(err, ddblock.CodeInvalidItem) {
 		return "", false
 	}
 	return client.SemaphoreNameOf(key, sortKey)

@@ -349,7 +349,7 @@ func CreateTable(t testing.TB, ddb ddblock.TableAPI, name string, opts ...ddbloc
 		if err != nil {
 			t.Fatalf("CreateTable(%s) on %s, which has TTL: %v", name, srv.Name(), err)
 		}
-	case !errors.Is(err, ddblock.ErrTTLUnsupported):
+	case !errors.Is(err, ddblock.CodeTTLUnsupported):
 		t.Fatalf("CreateTable(%s) on %s, which has no TTL: %v; want TTL_UNSUPPORTED", name, srv.Name(), err)
 	}
 }

@@ -149,7 +149,7 @@ func createTable(ctx context.Context, ddb ddbClient, what string) (string, error
 			TTLAttributeName: ddblock.DefaultTTLAttributeName,
 		}),
 		ddblock.WithOnDemand(), ddblock.WithPollInterval(10*time.Millisecond))
-	if err != nil && !errors.Is(err, ddblock.ErrTTLUnsupported) {
+	if err != nil && !errors.Is(err, ddblock.CodeTTLUnsupported) {
 		return "", fmt.Errorf("creating table %s: %w", name, err)
 	}
 	return name, nil
