@@ -99,7 +99,7 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	o := AcquireOptions{
+	o := acquireOptions{
 		SortKey:      DefaultSortKey,
 		RetryPeriod:  c.opts.HeartbeatPeriod,
 		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
@@ -157,7 +157,7 @@ func (c *Client) checkItemKey(pk, sk string) error {
 	return errors.Join(err, checkKeyValue("SortKey", sk, maxSortKeyBytes))
 }
 
-func (c *Client) checkAcquire(pk string, o *AcquireOptions) error {
+func (c *Client) checkAcquire(pk string, o *acquireOptions) error {
 	var errs []error
 	checkKey := func(setting, v string, limit int) {
 		if err := checkKeyValue(setting, v, limit); err != nil {
@@ -208,7 +208,7 @@ type acquisition struct {
 	retryLoop
 	pk   string
 	id   string
-	opts AcquireOptions
+	opts acquireOptions
 
 	// What the last look at the table showed: an item with this record
 	// version number, first seen at seenAt (monotonic); nil when there

@@ -265,9 +265,9 @@ func TestAdditionalAttributesRoundTrip(t *testing.T) {
 }
 
 func TestReservedAttributesRefused(t *testing.T) {
-	e := newEnv(t, func(o *ddblock.TableOptions) {
+	e := newEnv(t, ddblock.TableOptionForTest(func(o *ddblock.TableOptions) {
 		o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName = "pk", "sk", "ttl"
-	})
+	}))
 	c := e.client()
 	for _, name := range []string{"pk", "sk", "ttl", "owner_name", "lease_duration", "record_version_number"} {
 		_, err := c.AcquireLock(context.Background(), "k", ddblock.WithAdditionalAttributes(map[string]types.AttributeValue{
@@ -345,9 +345,9 @@ func TestSortKeysAreSeparateLocks(t *testing.T) {
 }
 
 func TestCustomNames(t *testing.T) {
-	e := newEnv(t, func(o *ddblock.TableOptions) {
+	e := newEnv(t, ddblock.TableOptionForTest(func(o *ddblock.TableOptions) {
 		o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName = "name", "range", "ttl"
-	})
+	}))
 	ctx := context.Background()
 	c := e.client()
 	lock, err := c.AcquireLock(ctx, "k")

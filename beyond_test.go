@@ -194,7 +194,7 @@ func TestEnsureTable(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	name := e.table + "_ensured"
-	opts := []ddblock.TableOption{ddblock.WithPollInterval(10 * time.Millisecond), func(o *ddblock.TableOptions) { o.TableName = name }}
+	opts := []ddblock.TableOption{ddblock.WithPollInterval(10 * time.Millisecond), ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.TableName = name })}
 	report, err := ddblock.EnsureTable(ctx, e.ddb, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -216,12 +216,12 @@ func TestEnsureTable(t *testing.T) {
 		t.Errorf("second call: %v (-want +got):\n%s", err, diff)
 	}
 	// A client expecting other keys is told what differs.
-	_, err = ddblock.EnsureTable(ctx, e.ddb, append(opts, func(o *ddblock.TableOptions) { o.SortKeyName = "range" })...)
+	_, err = ddblock.EnsureTable(ctx, e.ddb, append(opts, ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.SortKeyName = "range" }))...)
 	var lerr *ddblock.Error
 	if !errors.As(err, &lerr) || lerr.Code != ddblock.CodeTableMismatch || !strings.Contains(lerr.Message, `sort key is "sort_key", want "range"`) {
 		t.Errorf("mismatch: %v", err)
 	}
-	_, err = ddblock.EnsureTable(ctx, e.ddb, append(opts, func(o *ddblock.TableOptions) { o.PartitionKeyOnly = true })...)
+	_, err = ddblock.EnsureTable(ctx, e.ddb, append(opts, ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.PartitionKeyOnly = true }))...)
 	if !errors.Is(err, ddblock.CodeTableMismatch) {
 		t.Errorf("partition-key-only against a table with a sort key: %v", err)
 	}

@@ -171,7 +171,7 @@ func (c *Client) Stats() Stats {
 // Settings that cannot work are refused, all at once, with errors of code
 // CodeInvalidArgument naming each setting.
 func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
-	var o Options
+	var o settings
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -187,7 +187,7 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		ddb:   ddb,
-		opts:  o,
+		opts:  o.Options,
 		codec: itemCodec{pk: o.PartitionKeyName, sk: o.SortKeyName, ttl: o.TTLAttributeName},
 		log:   o.Logger,
 		clock: o.clock,

@@ -18,7 +18,7 @@ import (
 const attrLeaderValue = wire.AttrLeaderValue
 
 // DefaultElectionRetryPeriod is how often, by default, a waiting
-// candidate reads the leader's lock item (see [ElectionOptions]).
+// candidate reads the leader's lock item (see [WithElectionRetryPeriod]).
 const DefaultElectionRetryPeriod = 200 * time.Millisecond
 
 // handoverPeriods is how many retry periods an Election stays out of
@@ -27,25 +27,25 @@ const DefaultElectionRetryPeriod = 200 * time.Millisecond
 // for two round trips on a slow network.
 const handoverPeriods = 3
 
-// ElectionOptions are an Election's settings.
-type ElectionOptions struct {
-	// RetryPeriod is how often a waiting candidate reads the leader's
-	// lock item, and so bounds how long a freed leadership stays free
-	// while someone waits: a resigned leader's item is gone, and the
-	// next read takes it. After a Resign of its own, an Election stays
-	// out of the race for three retry periods, so that a waiting
-	// candidate leads first; candidates of one election should use the
-	// same period. Each read is one strongly consistent GetItem.
-	// Default: [DefaultElectionRetryPeriod] (200 ms).
+// electionOptions are an Election's settings.
+type electionOptions struct {
 	RetryPeriod time.Duration
 }
 
-// ElectionOption sets an [ElectionOptions] field.
-type ElectionOption func(*ElectionOptions)
+// ElectionOption sets one setting of an Election; [WithElectionRetryPeriod]
+// makes them.
+type ElectionOption func(*electionOptions)
 
-// WithElectionRetryPeriod sets [ElectionOptions.RetryPeriod].
+// WithElectionRetryPeriod sets how often a waiting candidate reads the
+// leader's lock item, and so bounds how long a freed leadership stays
+// free while someone waits: a resigned leader's item is gone, and the
+// next read takes it. After a Resign of its own, an Election stays out
+// of the race for three retry periods, so that a waiting candidate leads
+// first; candidates of one election should use the same period. Each
+// read is one strongly consistent GetItem. Default:
+// [DefaultElectionRetryPeriod] (200 ms).
 func WithElectionRetryPeriod(d time.Duration) ElectionOption {
-	return func(o *ElectionOptions) { o.RetryPeriod = d }
+	return func(o *electionOptions) { o.RetryPeriod = d }
 }
 
 // Election is a leader election under one name: the leader is whoever
@@ -60,7 +60,7 @@ func WithElectionRetryPeriod(d time.Duration) ElectionOption {
 type Election struct {
 	c    *Client
 	name string
-	opts ElectionOptions
+	opts electionOptions
 
 	mu   sync.Mutex
 	lead *Leadership // ours, while we lead
@@ -81,13 +81,13 @@ func (c *Client) NewElection(name string, opts ...ElectionOption) (*Election, er
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
-	eo := ElectionOptions{RetryPeriod: DefaultElectionRetryPeriod}
+	eo := electionOptions{RetryPeriod: DefaultElectionRetryPeriod}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&eo)
 		}
 	}
-	o := AcquireOptions{SortKey: c.defaultSortKey(""), RetryPeriod: eo.RetryPeriod}
+	o := acquireOptions{SortKey: c.defaultSortKey(""), RetryPeriod: eo.RetryPeriod}
 	if err := c.checkAcquire(name, &o); err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func (c *Client) setLeaderValue(ctx context.Context, l *Lock, value string) erro
 // ACQUIRE_TIMEOUT of its own retry timeout only starts another wait.
 // Right after a Resign of this Election it first stays out of the race
 // for three retry periods, so that a waiting candidate leads first (see
-// [ElectionOptions.RetryPeriod]).
+// [electionOptions.RetryPeriod]).
 //
 // When ctx ends it returns what AcquireLock returns then: an error of
 // CodeCanceled when ctx was cancelled, CodeAcquireTimeout when ctx's

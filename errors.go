@@ -101,7 +101,7 @@ const (
 	// clients writing in two regions both take the same lock; EnsureTable
 	// and Client.CheckTable refuse it unless the table options say that
 	// every client writes through one region
-	// ([TableOptions.SingleRegionWrites]).
+	// ([WithSingleRegionWrites]).
 	CodeTableUnsafe Code = "TABLE_UNSAFE"
 )
 

@@ -36,3 +36,31 @@ type (
 	LineInfo = hooks.LineInfo
 	Ticket   = hooks.Ticket
 )
+
+// AppliedForTest is what opts write, before New resolves them.
+func AppliedForTest(opts ...Option) Options {
+	var s settings
+	for _, opt := range opts {
+		opt(&s)
+	}
+	return s.Options
+}
+
+// TableOptionsAppliedForTest is what opts write over the zero
+// TableOptions.
+func TableOptionsAppliedForTest(opts ...TableOption) TableOptions {
+	var t tableSettings
+	for _, opt := range opts {
+		opt(&t)
+	}
+	return t.tableOptions
+}
+
+// TableOptions are the settings the table options write.
+type TableOptions = tableOptions
+
+// TableOptionForTest is a TableOption that edits the TableOptions as f
+// does, for tests that set fields no With function sets alone.
+func TableOptionForTest(f func(*TableOptions)) TableOption {
+	return func(t *tableSettings) { f(&t.tableOptions) }
+}

@@ -30,10 +30,7 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 	t.Helper()
 	srv := ddbtest.Shared(t)
 	e := &env{t: t, ddb: srv.Client(0), table: ddbtest.TableName(t)}
-	to := ddblock.TableOptions{}
-	for _, o := range tableOpts {
-		o(&to)
-	}
+	to := ddblock.TableOptionsAppliedForTest(tableOpts...)
 	names := ddblock.Options{
 		TableName:        e.table,
 		PartitionKeyName: or(to.PartitionKeyName, ddblock.DefaultPartitionKeyName),
@@ -55,9 +52,9 @@ func newEnv(t *testing.T, tableOpts ...ddblock.TableOption) *env {
 func pkOnlyTable(t *testing.T, ddb ddblock.TableAPI) string {
 	t.Helper()
 	name := ddbtest.TableName(t)
-	if _, err := ddblock.EnsureTable(context.Background(), ddb, ddblock.WithPollInterval(10*time.Millisecond), func(o *ddblock.TableOptions) {
+	if _, err := ddblock.EnsureTable(context.Background(), ddb, ddblock.WithPollInterval(10*time.Millisecond), ddblock.TableOptionForTest(func(o *ddblock.TableOptions) {
 		o.TableName, o.PartitionKeyName, o.PartitionKeyOnly = name, "id", true
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	return name

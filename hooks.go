@@ -20,6 +20,15 @@ func init() {
 	hooks.SemaphoreLine = func(ctx context.Context, sem any) (*hooks.LineInfo, error) {
 		return sem.(*Semaphore).readLine(ctx)
 	}
+	hooks.AcquireSettings = func(opts any) (time.Duration, bool) {
+		var o acquireOptions
+		for _, opt := range opts.([]AcquireOption) {
+			if opt != nil {
+				opt(&o)
+			}
+		}
+		return o.RetryPeriod, o.FairWaiting
+	}
 	hooks.ListLines = func(ctx context.Context, client any) iter.Seq2[*hooks.LineInfo, error] {
 		return client.(*Client).listLines(ctx)
 	}

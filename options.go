@@ -52,11 +52,10 @@ const (
 //     once; two settings that contradict each other are refused with an
 //     error naming both, and saying which were set and which derived.
 //
-// A field left at its zero value counts as not set. The With functions
-// also record that they set their field, so that WithHeartbeatPeriod(0)
-// is refused rather than taken for "not set"; an [Option] that writes
-// fields directly cannot be told apart from one that did not, when it
-// writes a zero value.
+// Options are set only through the With functions, each of which
+// records that it set its field: WithHeartbeatPeriod(0) is refused
+// rather than taken for "not set". [Client.Options] returns them
+// resolved.
 //
 // Tuning: the lease is how long other clients wait on a silent holder; the
 // heartbeat period should be at most a quarter of it, so that several
@@ -166,13 +165,15 @@ type Options struct {
 	Metrics Metrics
 	// Logger receives the client's log records. Default slog.Default().
 	Logger *slog.Logger
-	// clock is the source of time: the system clock, or one set with
-	// withClock.
-	clock clock.Clock
+}
 
-	// set records the settings the With functions set, so that one set
-	// to its zero value can be told from one not set.
-	set settingSet
+// settings are what the options of [New] write: the client's Options,
+// which settings an option set (so that one set to its zero value is
+// refused rather than taken for "not set"), and the clock.
+type settings struct {
+	Options
+	set   settingSet
+	clock clock.Clock
 }
 
 // settingSet is a set of settings of [Options], one bit each: those whose
@@ -197,42 +198,43 @@ const (
 
 func (s settingSet) has(x settingSet) bool { return s&x != 0 }
 
-// Option changes one setting of [Options]. Options are resolved after the
-// last one has run (see [Options]): their order does not matter.
-type Option func(*Options)
+// Option changes one setting of [Options]; the With functions make
+// them. Options are resolved after the last one has run (see [Options]):
+// their order does not matter.
+type Option func(*settings)
 
 // WithTableName sets [Options.TableName], the lock table a client uses.
 // (The table helpers take [WithNamesFromOptions] instead.)
 func WithTableName(name string) Option {
-	return func(o *Options) { o.TableName, o.set = name, o.set|setTableName }
+	return func(o *settings) { o.TableName, o.set = name, o.set|setTableName }
 }
 
 // WithPartitionKeyName sets [Options.PartitionKeyName].
 func WithPartitionKeyName(name string) Option {
-	return func(o *Options) { o.PartitionKeyName, o.set = name, o.set|setPartitionKeyName }
+	return func(o *settings) { o.PartitionKeyName, o.set = name, o.set|setPartitionKeyName }
 }
 
 // WithSortKeyName sets [Options.SortKeyName]: the name of the table's
 // sort key attribute. (A lock's sort key value is an acquire option,
 // [WithSortKeyValue].)
 func WithSortKeyName(name string) Option {
-	return func(o *Options) { o.SortKeyName, o.set = name, o.set|setSortKeyName }
+	return func(o *settings) { o.SortKeyName, o.set = name, o.set|setSortKeyName }
 }
 
 // WithTTLAttributeName sets [Options.TTLAttributeName].
 func WithTTLAttributeName(name string) Option {
-	return func(o *Options) { o.TTLAttributeName, o.set = name, o.set|setTTLAttributeName }
+	return func(o *settings) { o.TTLAttributeName, o.set = name, o.set|setTTLAttributeName }
 }
 
 // WithOwnerName sets [Options.OwnerName]; empty keeps the default.
-func WithOwnerName(name string) Option { return func(o *Options) { o.OwnerName = name } }
+func WithOwnerName(name string) Option { return func(o *settings) { o.OwnerName = name } }
 
 // WithHeartbeatPeriod sets [Options.HeartbeatPeriod]. Set alone, it keeps
 // Python's 30 s lease and 20 s safe period, unless it is longer than 5 s:
 // then the lease is 6 times as long and the safe period 4 times (see
 // [Options]).
 func WithHeartbeatPeriod(d time.Duration) Option {
-	return func(o *Options) { o.HeartbeatPeriod, o.set = d, o.set|setHeartbeatPeriod }
+	return func(o *settings) { o.HeartbeatPeriod, o.set = d, o.set|setHeartbeatPeriod }
 }
 
 // WithSafePeriod sets [Options.SafePeriod]. Set without a lease, it keeps
@@ -240,7 +242,7 @@ func WithHeartbeatPeriod(d time.Duration) Option {
 // as long. The heartbeat period, unless set, is a sixth of the lease or a
 // quarter of the safe period, the shorter (see [Options]).
 func WithSafePeriod(d time.Duration) Option {
-	return func(o *Options) { o.SafePeriod, o.set = d, o.set|setSafePeriod }
+	return func(o *settings) { o.SafePeriod, o.set = d, o.set|setSafePeriod }
 }
 
 // WithLeaseDuration sets [Options.LeaseDuration]. The heartbeat period
@@ -248,74 +250,74 @@ func WithSafePeriod(d time.Duration) Option {
 // (see [Options]). So WithLeaseDuration(12*time.Second) alone gives
 // a 2 s heartbeat and an 8 s safe period.
 func WithLeaseDuration(d time.Duration) Option {
-	return func(o *Options) { o.LeaseDuration, o.set = d, o.set|setLeaseDuration }
+	return func(o *settings) { o.LeaseDuration, o.set = d, o.set|setLeaseDuration }
 }
 
 // WithExpiryPeriod sets [Options.ExpiryPeriod].
 func WithExpiryPeriod(d time.Duration) Option {
-	return func(o *Options) { o.ExpiryPeriod, o.set = d, o.set|setExpiryPeriod }
+	return func(o *settings) { o.ExpiryPeriod, o.set = d, o.set|setExpiryPeriod }
 }
 
 // WithHeartbeatTPS sets [Options.HeartbeatTPS].
 func WithHeartbeatTPS(tps int) Option {
-	return func(o *Options) { o.HeartbeatTPS, o.set = tps, o.set|setHeartbeatTPS }
+	return func(o *settings) { o.HeartbeatTPS, o.set = tps, o.set|setHeartbeatTPS }
 }
 
 // WithHeartbeatConcurrency sets [Options.HeartbeatConcurrency].
 func WithHeartbeatConcurrency(n int) Option {
-	return func(o *Options) { o.HeartbeatConcurrency, o.set = n, o.set|setHeartbeatConcurrency }
+	return func(o *settings) { o.HeartbeatConcurrency, o.set = n, o.set|setHeartbeatConcurrency }
 }
 
 // WithHeartbeatTimeout sets [Options.HeartbeatTimeout]; 0 keeps the
 // default.
 func WithHeartbeatTimeout(d time.Duration) Option {
-	return func(o *Options) { o.HeartbeatTimeout = d }
+	return func(o *settings) { o.HeartbeatTimeout = d }
 }
 
 // WithCallbackWorkers sets [Options.CallbackWorkers].
 func WithCallbackWorkers(n int) Option {
-	return func(o *Options) { o.CallbackWorkers, o.set = n, o.set|setCallbackWorkers }
+	return func(o *settings) { o.CallbackWorkers, o.set = n, o.set|setCallbackWorkers }
 }
 
 // WithPartitionKeyOnly sets [Options.PartitionKeyOnly], for a table
 // without a sort key. Do not combine it with [WithSortKeyName].
-func WithPartitionKeyOnly() Option { return func(o *Options) { o.PartitionKeyOnly = true } }
+func WithPartitionKeyOnly() Option { return func(o *settings) { o.PartitionKeyOnly = true } }
 
 // WithFencingTokens sets [Options.FencingTokens] (and with it, unless set
 // otherwise, which is refused, [Options.KeepReleasedItems]).
-func WithFencingTokens() Option { return func(o *Options) { o.FencingTokens = true } }
+func WithFencingTokens() Option { return func(o *settings) { o.FencingTokens = true } }
 
 // WithKeepReleasedItems sets [Options.KeepReleasedItems].
 func WithKeepReleasedItems(keep bool) Option {
-	return func(o *Options) { o.KeepReleasedItems, o.set = keep, o.set|setKeepReleasedItems }
+	return func(o *settings) { o.KeepReleasedItems, o.set = keep, o.set|setKeepReleasedItems }
 }
 
 // WithMaxClockSkew sets [Options.MaxClockSkew].
-func WithMaxClockSkew(d time.Duration) Option { return func(o *Options) { o.MaxClockSkew = d } }
+func WithMaxClockSkew(d time.Duration) Option { return func(o *settings) { o.MaxClockSkew = d } }
 
 // WithSessionLease sets [Options.SessionLease]: the client's locks are
 // kept alive by one session item, one heartbeat write a period per
 // client.
-func WithSessionLease() Option { return func(o *Options) { o.SessionLease = true } }
+func WithSessionLease() Option { return func(o *settings) { o.SessionLease = true } }
 
 // WithMaxObservations sets [Options.MaxObservations].
 func WithMaxObservations(n int) Option {
-	return func(o *Options) { o.MaxObservations, o.set = n, o.set|setMaxObservations }
+	return func(o *settings) { o.MaxObservations, o.set = n, o.set|setMaxObservations }
 }
 
 // WithMetrics sets [Options.Metrics].
-func WithMetrics(m Metrics) Option { return func(o *Options) { o.Metrics = m } }
+func WithMetrics(m Metrics) Option { return func(o *settings) { o.Metrics = m } }
 
 // WithLogger sets [Options.Logger].
-func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *settings) { o.Logger = l } }
 
 // withClock sets the client's clock: the fake one of tests, the ddblock
 // command's (internal/hooks).
-func withClock(c clock.Clock) Option { return func(o *Options) { o.clock = c } }
+func withClock(c clock.Clock) Option { return func(o *settings) { o.clock = c } }
 
-// defaultOptions returns the settings of a client given no option.
-func defaultOptions() Options {
-	var o Options
+// defaultSettings returns the settings of a client given no option.
+func defaultSettings() settings {
+	var o settings
 	_ = o.resolve()
 	return o
 }
@@ -326,7 +328,7 @@ const DefaultMaxObservations = 10000
 
 // given returns the settings an option set: those a With function
 // recorded, and those any option left at a non-zero value.
-func (o *Options) given() settingSet {
+func (o *settings) given() settingSet {
 	s := o.set
 	for _, f := range []struct {
 		bit     settingSet
@@ -358,7 +360,7 @@ func (o *Options) given() settingSet {
 // cannot change the outcome: it fills the defaults of what no option set,
 // derives the durations not set from those set, then checks the whole,
 // returning every problem at once.
-func (o *Options) resolve() []error {
+func (o *settings) resolve() []error {
 	given := o.given()
 	o.set = given
 	for _, n := range []struct {
@@ -420,7 +422,7 @@ func (o *Options) resolve() []error {
 // deriveTiming fills the durations no option set (see [Options]), from
 // those set. A duration set but not positive stays as set, to be refused,
 // and derives nothing.
-func (o *Options) deriveTiming(given settingSet) timing.Origins {
+func (o *settings) deriveTiming(given settingSet) timing.Origins {
 	fields := [...]struct {
 		bit   settingSet
 		field *time.Duration
@@ -450,7 +452,7 @@ func (o *Options) deriveTiming(given settingSet) timing.Origins {
 // check lists every setting that cannot work, and every pair of settings
 // that cannot work together. origins says which durations were derived,
 // and from what, for the messages.
-func (o *Options) check(origins timing.Origins) []error {
+func (o *settings) check(origins timing.Origins) []error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, invalidArg(setting, fmt.Sprintf(format, args...)))
@@ -579,100 +581,87 @@ func validTableName(s string) bool {
 	return true
 }
 
-// AcquireOptions are the settings of one [Client.AcquireLock] call.
-type AcquireOptions struct {
-	// SortKey is the lock's sort key. Default "-"; must be empty on a
-	// client with PartitionKeyOnly.
-	SortKey string
-	// RetryPeriod is how long to wait between attempts while the lock is
-	// held by someone else. Default: the client's heartbeat period.
-	RetryPeriod time.Duration
-	// RetryTimeout is how long to keep trying before ACQUIRE_TIMEOUT.
-	// Default: the client's lease duration plus its heartbeat period, so
-	// that a lock abandoned just before the call can still be taken over.
-	// The context's deadline also ends the wait. It bounds the whole wait
-	// however long each call takes (throttled, with the SDK backing off,
-	// or hung): a call in flight when it runs out is cut the client's
-	// HeartbeatTimeout later at the most.
-	RetryTimeout time.Duration
-	// AdditionalAttributes are stored with the lock and survive
-	// heartbeats. Names of the lock's own attributes are refused.
+// acquireOptions are the settings of one acquire, which the
+// AcquireOption values of [Client.AcquireLock], [Client.TryAcquireLock],
+// [Client.WithLock] and [Semaphore.Acquire] write.
+type acquireOptions struct {
+	SortKey              string
+	RetryPeriod          time.Duration
+	RetryTimeout         time.Duration
 	AdditionalAttributes map[string]types.AttributeValue
-	// Callback is told when the lock is in danger, stolen, or recovers.
-	// It runs on the client's callback workers.
-	Callback Callback
-	// WaitOnOwn makes AcquireLock wait for a lock that this client
-	// holds, as for anyone else's, instead of answering ALREADY_HELD:
-	// for goroutines of one client that take turns with a key. When the
-	// client releases it, one waiter takes it within one call, without
-	// waiting for its next attempt. Locks are still not reentrant: a
-	// goroutine that waits for a lock it holds itself waits until its
-	// timeout. Default false. See [WithWaitOnOwn].
-	WaitOnOwn bool
-	// FairWaiting makes the acquire wait its turn in the key's line of
-	// fair waiters: among the fair waiters of one key (or of one
-	// semaphore), the lock goes to the one that came first. Clients that
-	// do not wait in line may take it ahead of the line; mutual
-	// exclusion is never at stake. Waiters that die, pause past their
-	// client's lease, are cancelled or leave garbage behind are skipped
-	// within a bound. It costs four writes a wait (a number, a ticket,
-	// handing the turn on, the ticket's delete), one read of the line per
-	// retry period per client and key, and a session item per client
-	// while it waits. TryAcquireLock, TryAcquire and an acquire with a
-	// zero RetryTimeout ignore it: a try takes no place in line, and
-	// takes a free lock whatever waits in line. Default false. See
-	// [WithFairWaiting] and doc/waiting.md.
-	FairWaiting bool
+	Callback             Callback
+	WaitOnOwn            bool
+	FairWaiting          bool
 }
 
-// AcquireOption changes one setting of [AcquireOptions].
-type AcquireOption func(*AcquireOptions)
+// AcquireOption changes one setting of an acquire; the With functions
+// below make them.
+type AcquireOption func(*acquireOptions)
 
-// WithSortKeyValue sets [AcquireOptions.SortKey]: the lock's sort key
-// value, "-" by default. (The name of the sort key attribute is a client
-// option, [WithSortKeyName].)
+// WithSortKeyValue sets the lock's sort key value: "-" by default, and
+// empty on a client with PartitionKeyOnly. (The name of the sort key
+// attribute is a client option, [WithSortKeyName].)
 func WithSortKeyValue(sortKey string) AcquireOption {
-	return func(o *AcquireOptions) { o.SortKey = sortKey }
+	return func(o *acquireOptions) { o.SortKey = sortKey }
 }
 
-// WithRetryPeriod sets [AcquireOptions.RetryPeriod].
+// WithRetryPeriod sets how long to wait between attempts while the lock
+// is held by someone else. Default: the client's heartbeat period.
 func WithRetryPeriod(d time.Duration) AcquireOption {
-	return func(o *AcquireOptions) { o.RetryPeriod = d }
+	return func(o *acquireOptions) { o.RetryPeriod = d }
 }
 
-// WithRetryTimeout sets [AcquireOptions.RetryTimeout].
+// WithRetryTimeout sets how long to keep trying before ACQUIRE_TIMEOUT.
+// Default: the client's lease duration plus its heartbeat period, so
+// that a lock abandoned just before the call can still be taken over.
+// The context's deadline also ends the wait. It bounds the whole wait
+// however long each call takes (throttled, with the SDK backing off, or
+// hung): a call in flight when it runs out is cut the client's
+// HeartbeatTimeout later at the most.
 func WithRetryTimeout(d time.Duration) AcquireOption {
-	return func(o *AcquireOptions) { o.RetryTimeout = d }
+	return func(o *acquireOptions) { o.RetryTimeout = d }
 }
 
-// WithAdditionalAttributes sets [AcquireOptions.AdditionalAttributes].
+// WithAdditionalAttributes sets attributes stored with the lock, which
+// survive heartbeats. Names of the lock's own attributes are refused.
 func WithAdditionalAttributes(attrs map[string]types.AttributeValue) AcquireOption {
-	return func(o *AcquireOptions) { o.AdditionalAttributes = attrs }
+	return func(o *acquireOptions) { o.AdditionalAttributes = attrs }
 }
 
-// WithFairWaiting sets [AcquireOptions.FairWaiting]: wait in line, first
-// come, first served, among the key's fair waiters.
+// WithFairWaiting makes the acquire wait its turn in the key's line of
+// fair waiters: among the fair waiters of one key (or of one semaphore),
+// the lock goes to the one that came first. Clients that do not wait in
+// line may take it ahead of the line; mutual exclusion is never at
+// stake. Waiters that die, pause past their client's lease, are
+// cancelled or leave garbage behind are skipped within a bound. It costs
+// four writes a wait (a number, a ticket, handing the turn on, the
+// ticket's delete), one read of the line per retry period per client and
+// key, and a session item per client while it waits. TryAcquireLock,
+// TryAcquire and an acquire with a zero retry timeout ignore it: a try
+// takes no place in line, and takes a free lock whatever waits in line.
+// See doc/waiting.md.
 func WithFairWaiting() AcquireOption {
-	return func(o *AcquireOptions) { o.FairWaiting = true }
+	return func(o *acquireOptions) { o.FairWaiting = true }
 }
 
-// WithCallback sets [AcquireOptions.Callback].
+// WithCallback sets the function told when the lock is in danger, stolen,
+// or recovers. It runs on the client's callback workers.
 func WithCallback(cb Callback) AcquireOption {
-	return func(o *AcquireOptions) { o.Callback = cb }
+	return func(o *acquireOptions) { o.Callback = cb }
 }
 
-// ReleaseOptions are the settings of one release.
-type ReleaseOptions struct {
-	// BestEffort, the default, logs and swallows every failure of the
-	// release; set it false to be told LOCK_NOT_OWNED, LOCK_STOLEN or
-	// UNKNOWN.
+// releaseOptions are the settings of one release.
+type releaseOptions struct {
 	BestEffort bool
 }
 
-// ReleaseOption changes one setting of [ReleaseOptions].
-type ReleaseOption func(*ReleaseOptions)
+// ReleaseOption changes one setting of a release; [WithBestEffort]
+// makes them.
+type ReleaseOption func(*releaseOptions)
 
-// WithBestEffort sets [ReleaseOptions.BestEffort].
+// WithBestEffort sets whether a release is best effort: by default it
+// is, logging and swallowing every failure; WithBestEffort(false) makes
+// it report LOCK_NOT_OWNED, LOCK_STOLEN or UNKNOWN.
 func WithBestEffort(bestEffort bool) ReleaseOption {
-	return func(o *ReleaseOptions) { o.BestEffort = bestEffort }
+	return func(o *releaseOptions) { o.BestEffort = bestEffort }
 }

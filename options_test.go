@@ -117,9 +117,6 @@ func TestTimingDerivation(t *testing.T) {
 		{"safe period and lease", []ddblock.Option{ddblock.WithSafePeriod(5 * s), ddblock.WithLeaseDuration(12 * s)}, durs(5*s/4, 5*s, 12*s, h)},
 		{"expiry alone", []ddblock.Option{ddblock.WithExpiryPeriod(2 * m)}, durs(5*s, 20*s, 30*s, 2*m)},
 		{"all set", []ddblock.Option{ddblock.WithHeartbeatPeriod(s), ddblock.WithSafePeriod(3 * s), ddblock.WithLeaseDuration(4 * s), ddblock.WithExpiryPeriod(5 * s)}, durs(s, 3*s, 4*s, 5*s)},
-		// An option that writes a field directly and leaves it zero has
-		// not set it.
-		{"zero written directly", []ddblock.Option{func(o *ddblock.Options) { o.HeartbeatPeriod, o.LeaseDuration = 0, 6*s }}, durs(s, 4*s, 6*s, h)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := resolved(t, tc.opts...)
@@ -133,10 +130,7 @@ func TestTimingDerivation(t *testing.T) {
 				t.Errorf("HeartbeatTimeout = %v; want half the safe period %v", o.HeartbeatTimeout, o.SafePeriod/2)
 			}
 			// Derive gives the same from the durations the options set.
-			var set ddblock.Options
-			for _, opt := range tc.opts {
-				opt(&set)
-			}
+			set := ddblock.AppliedForTest(tc.opts...)
 			if got := deriveDefaults(timingOf(set)); got != tc.want {
 				t.Errorf("Derive: %+v; want %+v", got, tc.want)
 			}
@@ -241,7 +235,6 @@ func TestNewRefusesSettingsThatCannotWork(t *testing.T) {
 		{"MaxObservations", []ddblock.Option{ddblock.WithMaxObservations(0)}},
 		{"KeepReleasedItems", []ddblock.Option{ddblock.WithFencingTokens(), ddblock.WithKeepReleasedItems(false)}},
 		{"SortKeyName", []ddblock.Option{ddblock.WithPartitionKeyOnly(), ddblock.WithSortKeyName("sk")}},
-		{"SortKeyName", []ddblock.Option{func(o *ddblock.Options) { o.PartitionKeyOnly, o.SortKeyName = true, "sk" }}},
 	} {
 		t.Run(tc.setting, func(t *testing.T) {
 			_, err := resolved(t, tc.opts...)

@@ -717,7 +717,7 @@ func permTableSetup(t *testing.T, u *permRun) {
 	u.rec.role(ensured, lockTablePlaceholder)
 	poll := ddblock.WithPollInterval(10 * time.Millisecond)
 	named := func(name string) ddblock.TableOption {
-		return func(o *ddblock.TableOptions) { o.TableName = name }
+		return ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.TableName = name })
 	}
 	ttl := ddbtest.Shared(t).HasTTL()
 	if err := ddblock.CreateTable(ctx, u.rec, named(created), ddblock.WithOnDemand(), poll); err != nil && (ttl || !errors.Is(err, ddblock.CodeTTLUnsupported)) {

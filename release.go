@@ -39,7 +39,7 @@ func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOpt
 	if lock == nil {
 		return invalidArg("Lock", "must not be nil")
 	}
-	o := ReleaseOptions{BestEffort: true}
+	o := releaseOptions{BestEffort: true}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)

@@ -57,7 +57,7 @@ type wakingTarget interface {
 	wakeups() (a, b <-chan struct{})
 }
 
-func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
+func (r *retryLoop) run(ctx context.Context, t retryTarget, opts *acquireOptions) (*Lock, error) {
 	c := r.c
 	// scheduled counts the attempts due so far: the next is due at
 	// start + scheduled × the retry period. An attempt made before its
@@ -129,7 +129,7 @@ var errWaitOver = errors.New("ddblock: the retry timeout passed while a call was
 // however long the SDK backs off inside them, so that a throttled or
 // hung call overruns the wait by one call's timeout at the most. A try
 // (TryAcquireLock) makes its one attempt on the caller's context alone.
-func (r *retryLoop) attempt(ctx context.Context, t retryTarget, opts *AcquireOptions) (*Lock, error) {
+func (r *retryLoop) attempt(ctx context.Context, t retryTarget, opts *acquireOptions) (*Lock, error) {
 	if r.once {
 		return t.attempt(ctx)
 	}

@@ -50,7 +50,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Loc
 type semaphoreAcquire struct {
 	retryLoop
 	s    *Semaphore
-	opts AcquireOptions
+	opts acquireOptions
 }
 
 func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption) (*Lock, error) {
@@ -61,7 +61,7 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 		return nil, err
 	}
 	c := s.c
-	o := AcquireOptions{
+	o := acquireOptions{
 		RetryPeriod:  c.opts.HeartbeatPeriod,
 		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
 	}

@@ -24,43 +24,33 @@ type TableAPI interface {
 
 var _ TableAPI = (*dynamodb.Client)(nil)
 
-// TableOptions describe a lock table. The defaults are Python's
-// create_dynamodb_table's.
-type TableOptions struct {
-	// TableName, PartitionKeyName, SortKeyName and TTLAttributeName
-	// default as in [Options].
+// tableOptions describe a lock table, as the TableOption values of
+// [CreateTable], [EnsureTable] and [Client.CheckTable] write it. The
+// defaults are Python's create_dynamodb_table's.
+type tableOptions struct {
 	TableName, PartitionKeyName, SortKeyName, TTLAttributeName string
-	// PartitionKeyOnly makes a table without a sort key (see
-	// [Options.PartitionKeyOnly]); SortKeyName is then ignored.
-	PartitionKeyOnly bool
-	// ReadCapacity and WriteCapacity are the provisioned throughput.
-	// Default 5 and 5.
-	ReadCapacity, WriteCapacity int64
-	// OnDemand selects PAY_PER_REQUEST billing instead of provisioned
-	// capacity.
-	OnDemand bool
-	// PollInterval is how often the table's status is read while waiting
-	// for it to become ACTIVE. Default 2 s, as Python.
-	PollInterval time.Duration
-	// SingleRegionWrites accepts a global table replicated with
-	// multi-Region eventual consistency (MREC), which [EnsureTable] and
-	// [Client.CheckTable] otherwise refuse with CodeTableUnsafe: in such
-	// a table, clients writing in two regions can both take the same
-	// lock. Set it only when every client of the table, of every service
-	// and language, takes and heartbeats its locks through one and the
-	// same region's replica (the others being read-only copies, or a
-	// failover made by hand once the old region's holders have stopped).
-	// Default false.
-	SingleRegionWrites bool
+	PartitionKeyOnly                                           bool
+	ReadCapacity, WriteCapacity                                int64
+	OnDemand                                                   bool
+	PollInterval                                               time.Duration
+	SingleRegionWrites                                         bool
+}
 
-	// capacitySet records WithProvisionedCapacity, so that it and
-	// WithOnDemand conflict in either order rather than the last one
-	// winning, and EnsureTable's on-demand default yields to it.
+// tableSettings are what the table options write: the tableOptions, and
+// whether WithProvisionedCapacity was given, so that it and WithOnDemand
+// conflict in either order rather than the last one winning, and
+// EnsureTable's on-demand default yields to it.
+type tableSettings struct {
+	tableOptions
 	capacitySet bool
 }
 
-// TableOption changes one setting of [TableOptions].
-type TableOption func(*TableOptions)
+// TableOption changes one setting of a table for [CreateTable],
+// [EnsureTable] and [Client.CheckTable]; the With functions make them.
+// With none, the table is Python's: the default names of [Options], a
+// sort key, provisioned capacity 5/5 (on-demand for EnsureTable), its
+// status read every 2 s while it becomes ACTIVE.
+type TableOption func(*tableSettings)
 
 // WithNamesFromOptions sets the table's name, its key and TTL attribute
 // names and PartitionKeyOnly from a client's options, so that the table
@@ -71,7 +61,7 @@ type TableOption func(*TableOptions)
 // sort key with PartitionKeyOnly). (The client option that sets the
 // table's name alone is [WithTableName].)
 func WithNamesFromOptions(o Options) TableOption {
-	return func(t *TableOptions) {
+	return func(t *tableSettings) {
 		t.TableName = nameOrDefault(o.TableName, DefaultTableName)
 		t.PartitionKeyName = nameOrDefault(o.PartitionKeyName, DefaultPartitionKeyName)
 		t.SortKeyName = o.SortKeyName
@@ -92,32 +82,40 @@ func nameOrDefault(name, def string) string {
 	return name
 }
 
-// WithProvisionedCapacity sets [TableOptions.ReadCapacity] and
-// [TableOptions.WriteCapacity], and provisioned billing: given with
+// WithProvisionedCapacity sets the table's provisioned read and write
+// capacity (default 5 and 5) and provisioned billing: given with
 // [WithOnDemand], in either order, it is refused.
 func WithProvisionedCapacity(read, write int64) TableOption {
-	return func(t *TableOptions) { t.ReadCapacity, t.WriteCapacity, t.capacitySet = read, write, true }
+	return func(t *tableSettings) { t.ReadCapacity, t.WriteCapacity, t.capacitySet = read, write, true }
 }
 
-// WithOnDemand sets [TableOptions.OnDemand]; see [WithProvisionedCapacity].
-func WithOnDemand() TableOption { return func(t *TableOptions) { t.OnDemand = true } }
+// WithOnDemand selects PAY_PER_REQUEST billing instead of provisioned
+// capacity; see [WithProvisionedCapacity].
+func WithOnDemand() TableOption { return func(t *tableSettings) { t.OnDemand = true } }
 
-// WithPollInterval sets [TableOptions.PollInterval].
+// WithPollInterval sets how often the table's status is read while
+// waiting for it to become ACTIVE. Default 2 s, as Python.
 func WithPollInterval(d time.Duration) TableOption {
-	return func(t *TableOptions) { t.PollInterval = d }
+	return func(t *tableSettings) { t.PollInterval = d }
 }
 
-// WithSingleRegionWrites sets [TableOptions.SingleRegionWrites]: every
-// client writes through one region of a global table.
+// WithSingleRegionWrites accepts a global table replicated with
+// multi-Region eventual consistency (MREC), which [EnsureTable] and
+// [Client.CheckTable] otherwise refuse with CodeTableUnsafe: in such a
+// table, clients writing in two regions can both take the same lock.
+// Give it only when every client of the table, of every service and
+// language, takes and heartbeats its locks through one and the same
+// region's replica (the others being read-only copies, or a failover
+// made by hand once the old region's holders have stopped).
 func WithSingleRegionWrites() TableOption {
-	return func(t *TableOptions) { t.SingleRegionWrites = true }
+	return func(t *tableSettings) { t.SingleRegionWrites = true }
 }
 
 // tableOptionsFor applies opts over the defaults, in any order to the
 // same result: EnsureTable's (ensure) default to on-demand billing yields
 // to a capacity given, and conflicts are left to check.
-func tableOptionsFor(opts []TableOption, ensure bool) TableOptions {
-	t := defaultTableOptions()
+func tableOptionsFor(opts []TableOption, ensure bool) tableSettings {
+	t := tableSettings{tableOptions: defaultTableOptions()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&t)
@@ -129,8 +127,8 @@ func tableOptionsFor(opts []TableOption, ensure bool) TableOptions {
 	return t
 }
 
-func defaultTableOptions() TableOptions {
-	return TableOptions{
+func defaultTableOptions() tableOptions {
+	return tableOptions{
 		TableName:        DefaultTableName,
 		PartitionKeyName: DefaultPartitionKeyName,
 		SortKeyName:      DefaultSortKeyName,
@@ -141,9 +139,9 @@ func defaultTableOptions() TableOptions {
 	}
 }
 
-func (t *TableOptions) check() error {
+func (t *tableSettings) check() error {
 	var errs []error
-	o := defaultOptions()
+	o := defaultSettings()
 	o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly =
 		t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly
 	if t.PartitionKeyOnly {
@@ -178,10 +176,11 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	t := tableOptionsFor(opts, false)
-	if err := t.check(); err != nil {
+	ts := tableOptionsFor(opts, false)
+	if err := ts.check(); err != nil {
 		return err
 	}
+	t := ts.tableOptions
 	if api == nil {
 		return invalidArg("TableAPI", "must not be nil")
 	}
@@ -194,7 +193,7 @@ func CreateTable(ctx context.Context, api TableAPI, opts ...TableOption) error {
 	return enableTTL(ctx, api, t)
 }
 
-func (t TableOptions) createInput() *dynamodb.CreateTableInput {
+func (t tableOptions) createInput() *dynamodb.CreateTableInput {
 	var capacity *wire.Capacity
 	if !t.OnDemand {
 		capacity = &wire.Capacity{Read: t.ReadCapacity, Write: t.WriteCapacity}
@@ -204,7 +203,7 @@ func (t TableOptions) createInput() *dynamodb.CreateTableInput {
 
 // wire returns the table's names on the wire; no sort key for a table
 // keyed by the partition key alone.
-func (t TableOptions) wire() wire.Table {
+func (t tableOptions) wire() wire.Table {
 	w := wire.Table{Name: t.TableName, PK: t.PartitionKeyName, SK: t.SortKeyName, TTL: t.TTLAttributeName}
 	if t.PartitionKeyOnly {
 		w.SK = ""
@@ -214,7 +213,7 @@ func (t TableOptions) wire() wire.Table {
 
 // enableTTL turns on TTL, waits for the table to be ACTIVE again, and
 // checks that TTL is on, on the TTL attribute.
-func enableTTL(ctx context.Context, api TableAPI, t TableOptions) error {
+func enableTTL(ctx context.Context, api TableAPI, t tableOptions) error {
 	_, err := api.UpdateTimeToLive(ctx, t.wire().EnableTTL())
 	if err != nil {
 		if wire.UnsupportedOperation(err) {
@@ -250,7 +249,7 @@ func (s ttlState) on() bool {
 	return s.status == types.TimeToLiveStatusEnabled || s.status == types.TimeToLiveStatusEnabling
 }
 
-func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, error) {
+func describeTTL(ctx context.Context, api TableAPI, t tableOptions) (ttlState, error) {
 	out, err := api.DescribeTimeToLive(ctx, t.wire().DescribeTTL())
 	switch {
 	case err != nil && wire.UnsupportedOperation(err):
@@ -270,7 +269,7 @@ func describeTTL(ctx context.Context, api TableAPI, t TableOptions) (ttlState, e
 
 // waitActive waits for the table to be ACTIVE, and returns its
 // description then.
-func waitActive(ctx context.Context, api TableAPI, t TableOptions) (*types.TableDescription, error) {
+func waitActive(ctx context.Context, api TableAPI, t tableOptions) (*types.TableDescription, error) {
 	for {
 		out, err := api.DescribeTable(ctx, t.wire().DescribeTable())
 		switch {
@@ -342,7 +341,7 @@ type TableReport struct {
 //
 // A global table replicated with multi-Region eventual consistency (MREC)
 // is refused with CodeTableUnsafe, unless the options say that all
-// clients write through one region ([TableOptions.SingleRegionWrites]).
+// clients write through one region ([tableOptions.SingleRegionWrites]).
 // One with multi-Region strong consistency (MRSC) is accepted; DynamoDB
 // gives such a table no TTL, which EnsureTable then reports
 // ([TableReport.TTLUnsupported]) rather than trying to enable it, and no
@@ -354,11 +353,12 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 	if err := checkContext(ctx); err != nil {
 		return TableReport{}, err
 	}
-	t := tableOptionsFor(opts, true)
+	ts := tableOptionsFor(opts, true)
 	var report TableReport
-	if err := t.check(); err != nil {
+	if err := ts.check(); err != nil {
 		return report, err
 	}
+	t := ts.tableOptions
 	if api == nil {
 		return report, invalidArg("TableAPI", "must not be nil")
 	}
@@ -436,7 +436,7 @@ func EnsureTable(ctx context.Context, api TableAPI, opts ...TableOption) (TableR
 }
 
 // matches checks an existing table's keys against the options.
-func (t TableOptions) matches(table *types.TableDescription) error {
+func (t tableOptions) matches(table *types.TableDescription) error {
 	if table == nil {
 		return &Error{Code: CodeUnknown, Message: "DescribeTable returned no table " + t.TableName}
 	}
@@ -477,7 +477,7 @@ func (t TableOptions) matches(table *types.TableDescription) error {
 
 // ttlElsewhere is the error for a table whose TTL is on another attribute
 // than the options name.
-func (t TableOptions) ttlElsewhere(attribute string) error {
+func (t tableOptions) ttlElsewhere(attribute string) error {
 	return &Error{Code: CodeTableMismatch, Message: fmt.Sprintf(
 		"table %s has TTL on %q, not on %q: lock items would never expire (DynamoDB allows one TTL attribute a table; "+
 			"use the table's, or disable TTL and enable it on %q, which DynamoDB may refuse for up to an hour after a change)",
@@ -502,7 +502,7 @@ const legacyGlobalTables = "2017.11.29"
 // on believing they hold it. In an MRSC table a write is acknowledged
 // only once replicated, and conditions see every region's writes: the
 // table behaves as one.
-func (t TableOptions) checkReplication(table *types.TableDescription, report *TableReport) error {
+func (t tableOptions) checkReplication(table *types.TableDescription, report *TableReport) error {
 	report.Replicas, report.TransactionsUnsupported = nil, false
 	for _, r := range table.Replicas {
 		report.Replicas = append(report.Replicas, aws.ToString(r.RegionName))
@@ -556,7 +556,7 @@ func (c *Client) CheckTable(ctx context.Context, api TableAPI, opts ...TableOpti
 	if api == nil || isNilTableAPI(api) {
 		return report, invalidArg("TableAPI", "must not be nil")
 	}
-	t := tableOptionsFor(opts, false)
+	t := tableOptionsFor(opts, false).tableOptions
 	o := c.opts
 	t.TableName, t.PartitionKeyName, t.SortKeyName, t.TTLAttributeName, t.PartitionKeyOnly =
 		o.TableName, o.PartitionKeyName, o.SortKeyName, o.TTLAttributeName, o.PartitionKeyOnly

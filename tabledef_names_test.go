@@ -20,8 +20,7 @@ import (
 // it: the table it describes is the one a client with the same options
 // uses.
 func TestWithNamesFromOptionsDefaults(t *testing.T) {
-	var got ddblock.TableOptions
-	ddblock.WithNamesFromOptions(ddblock.Options{})(&got)
+	got := ddblock.TableOptionsAppliedForTest(ddblock.WithNamesFromOptions(ddblock.Options{}))
 	want := ddblock.TableOptions{
 		TableName:        ddblock.DefaultTableName,
 		PartitionKeyName: ddblock.DefaultPartitionKeyName,

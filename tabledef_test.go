@@ -116,7 +116,7 @@ func TestEnsureTableTTL(t *testing.T) {
 	}
 	ensure := func(name string) (ddblock.TableReport, error) {
 		return ddblock.EnsureTable(ctx, ddb, ddblock.WithPollInterval(10*time.Millisecond),
-			func(o *ddblock.TableOptions) { o.TableName = name })
+			ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.TableName = name }))
 	}
 
 	if !srv.HasTTL() {
@@ -365,7 +365,7 @@ func TestTableGlobalReplication(t *testing.T) {
 				var err error
 				if how == "EnsureTable" {
 					opts = append(opts, ddblock.WithPollInterval(time.Millisecond),
-						func(o *ddblock.TableOptions) { o.TableName = "locks" })
+						ddblock.TableOptionForTest(func(o *ddblock.TableOptions) { o.TableName = "locks" }))
 					report, err = ddblock.EnsureTable(ctx, stub, opts...)
 				} else {
 					report, err = c.CheckTable(ctx, stub, opts...)

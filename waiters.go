@@ -246,9 +246,14 @@ type backingOff struct{ err error }
 func (b *backingOff) Error() string { return b.err.Error() }
 func (b *backingOff) Unwrap() error { return b.err }
 
-// WithWaitOnOwn sets [AcquireOptions.WaitOnOwn].
+// WithWaitOnOwn makes AcquireLock wait for a lock that this client
+// holds, as for anyone else's, instead of answering ALREADY_HELD: for
+// goroutines of one client that take turns with a key. When the client
+// releases it, one waiter takes it within one call, without waiting for
+// its next attempt. Locks are still not reentrant: a goroutine that
+// waits for a lock it holds itself waits until its timeout.
 func WithWaitOnOwn() AcquireOption {
-	return func(o *AcquireOptions) { o.WaitOnOwn = true }
+	return func(o *acquireOptions) { o.WaitOnOwn = true }
 }
 
 // wakeups: a waiter is woken when this client releases the key, and when

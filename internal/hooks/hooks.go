@@ -27,6 +27,9 @@ var (
 	// SemaphoreLine reads the line of a *ddblock.Semaphore's fair
 	// waiters.
 	SemaphoreLine func(ctx context.Context, sem any) (*LineInfo, error)
+	// AcquireSettings reads the retry period and fair waiting that a
+	// []ddblock.AcquireOption sets (zero and false when they set none).
+	AcquireSettings func(opts any) (retryPeriod time.Duration, fair bool)
 	// ListLines yields every line of fair waiters in the client's table.
 	ListLines func(ctx context.Context, client any) iter.Seq2[*LineInfo, error]
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // Holder contends for a few keys with one ddblock client, over and over,
@@ -119,13 +120,7 @@ func (h *Holder) Run(ctx context.Context) error {
 // logParams records the settings that bound the holder's waits.
 func (h *Holder) logParams() {
 	co := h.Client.Options()
-	var ao ddblock.AcquireOptions
-	for _, opt := range h.AcquireOptions {
-		if opt != nil {
-			opt(&ao)
-		}
-	}
-	retry := ao.RetryPeriod
+	retry, fair := hooks.AcquireSettings(h.AcquireOptions)
 	switch {
 	case h.UseElection:
 		retry = ddblock.DefaultElectionRetryPeriod
@@ -133,7 +128,7 @@ func (h *Holder) logParams() {
 		retry = co.HeartbeatPeriod // AcquireLock's default
 	}
 	var flags []string
-	if ao.FairWaiting && !h.UseElection { // a campaign does not wait in line
+	if fair && !h.UseElection { // a campaign does not wait in line
 		flags = append(flags, "fair")
 	}
 	if co.SessionLease {
