@@ -475,7 +475,7 @@ func TestFairWaitWhenEnqueueReplyLost(t *testing.T) {
 			if f.Injected() != 1 {
 				t.Fatalf("%d replies dropped; want 1", f.Injected())
 			}
-			line, err := hooks.Line(ctx, c, "k", "")
+			line, err := hooks.Line(ctx, c.Client, "k", "")
 			if err != nil || len(line.Tickets) != 0 {
 				t.Errorf("line after the acquire: %+v, %v; want no ticket left", line, err)
 			}
