@@ -523,27 +523,8 @@ func TestCorruptExitStatusDocumented(t *testing.T) {
 // describes, must exit as the page says and print the lines it shows
 // ("…" stands for lines left out).
 func TestCorruptDocRecipe(t *testing.T) {
-	b, err := os.ReadFile(cliDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const heading = "### An item that ddblock cannot read"
-	page := string(b)
-	start := strings.Index(page, "\n"+heading+"\n")
-	if start < 0 {
-		t.Fatalf("%s has no section %q", cliDoc, heading)
-	}
-	section := page[start+1:]
-	if end := regexp.MustCompile(`\n##+ `).FindStringIndex(section[len(heading):]); end != nil {
-		section = section[:len(heading)+end[0]+1]
-	}
-	var steps [][]string // each: the command line, then the output shown
-	for _, block := range fencedBlocks(section, "") {
-		lines := strings.Split(strings.TrimRight(block, "\n"), "\n")
-		if strings.HasPrefix(lines[0], "$ ddblock ") {
-			steps = append(steps, lines)
-		}
-	}
+	steps := docSteps(t, heading)
 	// The statuses the section gives in its text.
 	codes := []int{exitDataErr, 0, 0}
 	if len(steps) != len(codes) {
@@ -563,24 +544,7 @@ func TestCorruptDocRecipe(t *testing.T) {
 		"sort_key":                &types.AttributeValueMemberS{Value: "slots"},
 		"ddblock_semaphore_slots": &types.AttributeValueMemberN{Value: "0"},
 	})
-	normal := func(line string) string { return strings.Join(strings.Fields(line), " ") }
-	for i, step := range steps {
-		cmd := strings.Fields(strings.TrimPrefix(step[0], "$ ddblock "))
-		r := f.run(cmd[0], cmd[1:]...)
-		if r.code != codes[i] {
-			t.Errorf("%s: want exit %d: %v", step[0], codes[i], r)
-			continue
-		}
-		got := map[string]bool{}
-		for line := range strings.Lines(r.stdout) {
-			got[normal(line)] = true
-		}
-		for _, want := range step[1:] {
-			if !strings.Contains(want, "…") && !got[normal(want)] {
-				t.Errorf("%s: the page shows %q, not printed:\n%v", step[0], want, r)
-			}
-		}
-	}
+	runDocSteps(t, f, steps, codes, func(line string) string { return strings.Join(strings.Fields(line), " ") })
 	if item := rawItem(t, f, "nightly-report", "-"); len(item) != 0 {
 		t.Errorf("the item left after the recipe: %v", item)
 	}

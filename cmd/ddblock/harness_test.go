@@ -307,17 +307,13 @@ func oneLineOn(t *testing.T, r result, want string) {
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// holder is an in-process lock client on the fixture's table, with
-// timings long enough that it does not heartbeat during a test.
-func (f *fixture) holder(owner string) *ddblock.Client {
+// inProcess is an in-process client on the fixture's table, talking to
+// the server directly, closed (releasing what it holds) when the test
+// ends.
+func (f *fixture) inProcess(owner string, opts ...ddblock.Option) *ddblock.Client {
 	f.t.Helper()
-	c, err := ddblock.New(sdk,
-		ddblock.WithTableName(f.table),
-		ddblock.WithOwnerName(owner),
-		ddblock.WithHeartbeatPeriod(time.Minute),
-		ddblock.WithSafePeriod(2*time.Minute),
-		ddblock.WithLeaseDuration(3*time.Minute),
-		ddblock.WithLogger(quietLog))
+	c, err := ddblock.New(sdk, append([]ddblock.Option{ddblock.WithTableName(f.table), ddblock.WithOwnerName(owner),
+		ddblock.WithLogger(quietLog)}, opts...)...)
 	if err != nil {
 		f.t.Fatalf("New: %v", err)
 	}
@@ -327,6 +323,14 @@ func (f *fixture) holder(owner string) *ddblock.Client {
 		_ = c.Close(ctx, true)
 	})
 	return c
+}
+
+// holder is an in-process lock client on the fixture's table, with
+// timings long enough that it does not heartbeat during a test.
+func (f *fixture) holder(owner string) *ddblock.Client {
+	f.t.Helper()
+	return f.inProcess(owner, ddblock.WithHeartbeatPeriod(time.Minute),
+		ddblock.WithSafePeriod(2*time.Minute), ddblock.WithLeaseDuration(3*time.Minute))
 }
 
 // acquire takes a lock with an in-process holder.

@@ -373,27 +373,8 @@ func TestRunFairWaitZeroPastDeadTicket(t *testing.T) {
 // whose line holds a dead waiter, must exit 0 and print the lines the page
 // shows, times and ids aside ("…" stands for lines left out).
 func TestDocStuckLineRecipe(t *testing.T) {
-	b, err := os.ReadFile(cliDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const heading = "### A line that does not move"
-	page := string(b)
-	start := strings.Index(page, "\n"+heading+"\n")
-	if start < 0 {
-		t.Fatalf("%s has no section %q", cliDoc, heading)
-	}
-	section := page[start+1:]
-	if end := regexp.MustCompile(`\n##+ `).FindStringIndex(section[len(heading):]); end != nil {
-		section = section[:len(heading)+end[0]+1]
-	}
-	var steps [][]string // each: the command line, then the output shown
-	for _, block := range fencedBlocks(section, "") {
-		lines := strings.Split(strings.TrimRight(block, "\n"), "\n")
-		if strings.HasPrefix(lines[0], "$ ddblock ") {
-			steps = append(steps, lines)
-		}
-	}
+	steps := docSteps(t, heading)
 	if len(steps) != 3 {
 		t.Fatalf("%s, %q: %d blocks of \"$ ddblock\" commands; want ls, get and release", cliDoc, heading, len(steps))
 	}
@@ -412,11 +393,49 @@ func TestDocStuckLineRecipe(t *testing.T) {
 		}
 		return line
 	}
-	for _, step := range steps {
+	runDocSteps(t, f, steps, []int{0, 0, 0}, normal)
+	if got := ticketKeys(t, f, "nightly-report"); len(got) != 0 {
+		t.Errorf("tickets left after the recipe: %q", got)
+	}
+}
+
+// docSteps are the "$ ddblock ..." blocks of doc/cli.md's section under
+// heading: each the command line, then the output the page shows.
+func docSteps(t *testing.T, heading string) [][]string {
+	t.Helper()
+	b, err := os.ReadFile(cliDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	start := strings.Index(page, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no section %q", cliDoc, heading)
+	}
+	section := page[start+1:]
+	if end := regexp.MustCompile(`\n##+ `).FindStringIndex(section[len(heading):]); end != nil {
+		section = section[:len(heading)+end[0]+1]
+	}
+	var steps [][]string
+	for _, block := range fencedBlocks(section, "") {
+		lines := strings.Split(strings.TrimRight(block, "\n"), "\n")
+		if strings.HasPrefix(lines[0], "$ ddblock ") {
+			steps = append(steps, lines)
+		}
+	}
+	return steps
+}
+
+// runDocSteps runs each step as the page shows it: it must exit with its
+// code and print every line the page shows, compared as normal makes
+// them ("…" stands for lines left out).
+func runDocSteps(t *testing.T, f *fixture, steps [][]string, codes []int, normal func(string) string) {
+	t.Helper()
+	for i, step := range steps {
 		cmd := strings.Fields(strings.TrimPrefix(step[0], "$ ddblock "))
 		r := f.run(cmd[0], cmd[1:]...)
-		if r.code != 0 {
-			t.Errorf("%s: %v", step[0], r)
+		if r.code != codes[i] {
+			t.Errorf("%s: want exit %d: %v", step[0], codes[i], r)
 			continue
 		}
 		got := map[string]bool{}
@@ -428,8 +447,5 @@ func TestDocStuckLineRecipe(t *testing.T) {
 				t.Errorf("%s: the page shows %q, not printed:\n%v", step[0], want, r)
 			}
 		}
-	}
-	if got := ticketKeys(t, f, "nightly-report"); len(got) != 0 {
-		t.Errorf("tickets left after the recipe: %q", got)
 	}
 }

@@ -111,23 +111,6 @@ func permCheckCLI(t *testing.T, p *permdoc.Policy, c faultproxy.Counts) {
 	}
 }
 
-// permClient is an in-process client on the fixture's table, talking to the
-// server directly, closed (releasing what it holds) when the test ends.
-func (f *fixture) permClient(owner string, opts ...ddblock.Option) *ddblock.Client {
-	f.t.Helper()
-	c, err := ddblock.New(sdk, append([]ddblock.Option{ddblock.WithTableName(f.table), ddblock.WithOwnerName(owner),
-		ddblock.WithLogger(quietLog)}, opts...)...)
-	if err != nil {
-		f.t.Fatalf("New: %v", err)
-	}
-	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Close(ctx, true)
-	})
-	return c
-}
-
 // permDying are timings of a one-second lease: a holder that dies with
 // them is taken over a second later.
 var permDying = []ddblock.Option{ddblock.WithHeartbeatPeriod(100 * time.Millisecond), ddblock.WithSafePeriod(600 * time.Millisecond), ddblock.WithLeaseDuration(time.Second)}
@@ -203,7 +186,7 @@ func permRun(t *testing.T, f *fixture, sent func(string) int64) {
 	}
 	permWantExit(t, "run once the lock was released", p.wait(), 0)
 
-	dying := f.permClient("dying", permDying...)
+	dying := f.inProcess("dying", permDying...)
 	if _, err := dying.AcquireLock(ctx, "crash"); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +287,7 @@ func permRelease(t *testing.T, f *fixture, _ func(string) int64) {
 	f.acquire("holder", "stuck")
 	// Timings of f.holder's: no heartbeat changes the version that
 	// release reads and then deletes.
-	counting := f.permClient("counting", ddblock.WithFencingTokens(), ddblock.WithHeartbeatPeriod(time.Minute),
+	counting := f.inProcess("counting", ddblock.WithFencingTokens(), ddblock.WithHeartbeatPeriod(time.Minute),
 		ddblock.WithSafePeriod(2*time.Minute), ddblock.WithLeaseDuration(3*time.Minute))
 	if _, err := counting.AcquireLock(context.Background(), "counted"); err != nil {
 		t.Fatal(err)
@@ -359,7 +342,7 @@ func permResize(t *testing.T, f *fixture, sent func(string) int64) {
 	}
 	permWantExit(t, "resize once slot 1 was released", p.wait(), 0)
 
-	dying := f.permClient("dying", permDying...)
+	dying := f.inProcess("dying", permDying...)
 	bothSlots(dying, "corpse")
 	permDie(t, dying)
 	deletes := sent("DeleteItem")

@@ -122,23 +122,8 @@ func rawItem(t *testing.T, f *fixture, pk, sk string) map[string]types.Attribute
 // table; its session item is heartbeated every heartbeat.
 func (f *fixture) sessionHolder(owner string, lease, heartbeat time.Duration) *ddblock.Client {
 	f.t.Helper()
-	c, err := ddblock.New(sdk,
-		ddblock.WithTableName(f.table),
-		ddblock.WithOwnerName(owner),
-		ddblock.WithSessionLease(),
-		ddblock.WithHeartbeatPeriod(heartbeat),
-		ddblock.WithSafePeriod(lease*2/3),
-		ddblock.WithLeaseDuration(lease),
-		ddblock.WithLogger(quietLog))
-	if err != nil {
-		f.t.Fatalf("New: %v", err)
-	}
-	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Close(ctx, true)
-	})
-	return c
+	return f.inProcess(owner, ddblock.WithSessionLease(), ddblock.WithHeartbeatPeriod(heartbeat),
+		ddblock.WithSafePeriod(lease*2/3), ddblock.WithLeaseDuration(lease))
 }
 
 func (f *fixture) acquireWith(c *ddblock.Client, key string) *ddblock.Lock {
