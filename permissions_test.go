@@ -225,13 +225,7 @@ func permOwner(name string, opts ...ddblock.Option) []ddblock.Option {
 // permEventually polls cond until it holds, failing the test after 30 s.
 func permEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ddbtest.Eventually(t, 30*time.Second, what, cond)
 }
 
 // permWaitHeartbeat waits until a heartbeat changed the lock's version.
