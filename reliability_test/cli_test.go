@@ -519,41 +519,10 @@ func (c *cliChaos) checkKeysFree(maxToken map[string]int64) {
 // often, for a random while: slow calls, spikes past the safe period,
 // errors, dropped connections and replies, partitions.
 func (c *cliChaos) injectFaults(ctx context.Context) {
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
-	var faults []*loggedFault
-	defer func() {
-		for _, f := range faults {
-			f.Remove()
-		}
-	}()
-	ops := []string{"", "GetItem", "PutItem", "UpdateItem", "DeleteItem"}
-	for pause(ctx, c.cfg.FaultEvery/2+time.Duration(rng.Int64N(int64(c.cfg.FaultEvery)))) {
-		op := ops[rng.IntN(len(ops))]
-		prob := 0.2 + 0.6*rng.Float64()
-		var r faultproxy.Rule
-		switch rng.IntN(6) {
-		case 0:
-			r = faultproxy.Rule{Kind: faultproxy.Latency, Delay: c.cfg.Safe, Jitter: c.cfg.Lease, Op: op, Probability: 0.3}
-		case 1:
-			r = faultproxy.Rule{Kind: faultproxy.ServerError, Op: op, Probability: prob}
-		case 2:
-			r = faultproxy.Rule{Kind: faultproxy.Throttling, Op: op, Probability: prob}
-		case 3:
-			r = faultproxy.Rule{Kind: faultproxy.Drop, Op: op, Probability: prob / 2}
-		case 4:
-			r = faultproxy.Rule{Kind: faultproxy.BlackHole, Op: []string{"", "UpdateItem"}[rng.IntN(2)]}
-		default:
-			r = faultproxy.Rule{Kind: faultproxy.DropReply, Op: []string{"PutItem", "UpdateItem", "DeleteItem"}[rng.IntN(3)], Probability: prob}
-		}
-		i := rng.IntN(len(c.proxies))
-		f, err := injectLogged(c.proxies[i], r, c.events, c.targets[i])
-		if err != nil {
-			c.problem("inject: %v", err)
-			continue
-		}
-		faults = append(faults, f)
-		time.AfterFunc(200*time.Millisecond+time.Duration(rng.Int64N(int64(time.Second))), f.Remove)
-	}
+	injectFaultsEvery(ctx, faultPlan{
+		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.events,
+		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, false) }, problem: c.problem,
+	})
 }
 
 // strikes is the order of the disturber's strikes, over and over: ddblock
@@ -566,7 +535,7 @@ var strikes = []string{"pause", "kill", "kill-guard", "pause-guard", "pause", "p
 // disturb strikes a `ddblock run` that holds its lock, every so often.
 func (c *cliChaos) disturb(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
-	for n := 0; pause(ctx, c.cfg.DisturbEvery/2+time.Duration(rng.Int64N(int64(c.cfg.DisturbEvery)))); {
+	for n := 0; sleep(ctx, around(rng, c.cfg.DisturbEvery)); {
 		ddblockPid, guardPid, ok := c.holding(ctx, rng, 3*time.Second)
 		if !ok {
 			continue
@@ -632,18 +601,6 @@ func stopFor(pid int, d time.Duration) bool {
 	time.Sleep(d)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
 	return true
-}
-
-// pause waits d or until ctx ends; false when ctx ended.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // tenures counts the acquisitions of the ddblock run holders and of the

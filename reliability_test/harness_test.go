@@ -507,26 +507,48 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
-// injectFaults switches a random fault on at a random proxy every so
-// often, for a random while.
+// injectFaults switches a fault of a bad day on at a random proxy every
+// so often, for a random while.
 func (c *chaos) injectFaults(ctx context.Context) {
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
+	injectFaultsEvery(ctx, faultPlan{
+		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.inproc,
+		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, false) }, problem: c.problem,
+	})
+}
+
+// faultPlan is what injectFaultsEvery strikes, and how.
+type faultPlan struct {
+	seed    uint64
+	every   time.Duration
+	proxies []*faultproxy.Proxy
+	targets []string // targets[i]: whom proxies[i] serves, for the record
+	log     *mutexcheck.Log
+	rule    func(*rand.Rand) faultproxy.Rule
+	problem func(format string, args ...any)
+}
+
+// injectFaultsEvery switches a fault of p.rule on at a random one of the
+// proxies about every p.every, each for 200 ms to 1.5 s, until ctx ends;
+// then it removes those still on. Every fault is on record, once
+// removed, for the progress check. The one fault injector of every chaos
+// driver.
+func injectFaultsEvery(ctx context.Context, p faultPlan) {
+	rng := rand.New(rand.NewPCG(p.seed, 1))
 	var faults []*loggedFault
 	defer func() {
 		for _, f := range faults {
 			f.Remove()
 		}
 	}()
-	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
-		i := rng.IntN(len(c.proxies))
-		rule := c.randomRule(rng)
-		remove, err := injectLogged(c.proxies[i], rule, c.inproc, c.targets[i])
+	for sleep(ctx, around(rng, p.every)) {
+		i := rng.IntN(len(p.proxies))
+		f, err := injectLogged(p.proxies[i], p.rule(rng), p.log, p.targets[i])
 		if err != nil {
-			c.problem("inject: %v", err)
+			p.problem("inject: %v", err)
 			continue
 		}
-		faults = append(faults, remove)
-		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), remove.Remove)
+		faults = append(faults, f)
+		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), f.Remove)
 	}
 }
 
@@ -563,17 +585,26 @@ func injectLogged(p *faultproxy.Proxy, rule faultproxy.Rule, log *mutexcheck.Log
 	}}, nil
 }
 
-// randomRule picks one of the faults of a bad day.
-func (c *chaos) randomRule(rng *rand.Rand) faultproxy.Rule {
+// badDayRule picks one of the faults of a bad day: a slow network,
+// spikes longer than the safe period, server errors, throttling, dropped
+// connections, a partition, lost replies to writes; with transactions,
+// their writes too, and transaction conflicts.
+func badDayRule(rng *rand.Rand, safe, lease time.Duration, transactions bool) faultproxy.Rule {
 	ops := []string{"", "GetItem", "PutItem", "UpdateItem", "DeleteItem"}
-	op := ops[rng.IntN(len(ops))]
 	writes := []string{"PutItem", "UpdateItem", "DeleteItem"}
+	kinds := 8
+	if transactions {
+		ops = append(ops, "TransactWriteItems")
+		writes = append(writes, "TransactWriteItems")
+		kinds = 10
+	}
+	op := ops[rng.IntN(len(ops))]
 	prob := 0.2 + 0.6*rng.Float64()
-	switch rng.IntN(8) {
+	switch rng.IntN(kinds) {
 	case 0: // a slow network
 		return faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, 5*time.Millisecond, 40*time.Millisecond), Jitter: 20 * time.Millisecond}
 	case 1: // spikes longer than the safe period
-		return faultproxy.Rule{Kind: faultproxy.Latency, Op: op, Delay: between(rng, c.cfg.Safe, c.cfg.Lease+c.cfg.Safe), Probability: 0.3}
+		return faultproxy.Rule{Kind: faultproxy.Latency, Op: op, Delay: between(rng, safe, lease+safe), Probability: 0.3}
 	case 2:
 		return faultproxy.Rule{Kind: faultproxy.ServerError, Op: op, Probability: prob}
 	case 3:
@@ -584,6 +615,8 @@ func (c *chaos) randomRule(rng *rand.Rand) faultproxy.Rule {
 		return faultproxy.Rule{Kind: faultproxy.Drop, Op: op, Probability: prob / 2}
 	case 6: // a partition: everything, or the heartbeats only
 		return faultproxy.Rule{Kind: faultproxy.BlackHole, Op: []string{"", "UpdateItem"}[rng.IntN(2)]}
+	case 8, 9:
+		return faultproxy.Rule{Kind: faultproxy.TransactionConflict, Op: "TransactWriteItems", Probability: prob}
 	default:
 		return faultproxy.Rule{Kind: faultproxy.DropReply, Op: writes[rng.IntN(len(writes))], Probability: prob}
 	}

@@ -392,48 +392,10 @@ func (c *lostRun) events() []mutexcheck.Event {
 // often, for a random while: the checker's faults, and transaction
 // conflicts and lost replies on the guarded writes.
 func (c *lostRun) injectFaults(ctx context.Context) {
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
-	var faults []*loggedFault
-	defer func() {
-		for _, f := range faults {
-			f.Remove()
-		}
-	}()
-	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
-		i := rng.IntN(len(c.proxies))
-		f, err := injectLogged(c.proxies[i], c.randomRule(rng), c.inproc, c.targets[i])
-		if err != nil {
-			c.problem("inject: %v", err)
-			continue
-		}
-		faults = append(faults, f)
-		time.AfterFunc(between(rng, 200*time.Millisecond, 1500*time.Millisecond), f.Remove)
-	}
-}
-
-func (c *lostRun) randomRule(rng *rand.Rand) faultproxy.Rule {
-	ops := []string{"", "GetItem", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
-	op := ops[rng.IntN(len(ops))]
-	writes := []string{"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
-	prob := 0.2 + 0.6*rng.Float64()
-	switch rng.IntN(9) {
-	case 0:
-		return faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, 5*time.Millisecond, 40*time.Millisecond), Jitter: 20 * time.Millisecond}
-	case 1:
-		return faultproxy.Rule{Kind: faultproxy.Latency, Op: op, Delay: between(rng, c.cfg.Safe, c.cfg.Lease+c.cfg.Safe), Probability: 0.3}
-	case 2:
-		return faultproxy.Rule{Kind: faultproxy.ServerError, Op: op, Probability: prob}
-	case 3:
-		return faultproxy.Rule{Kind: faultproxy.Throttling, Op: op, Probability: prob}
-	case 4:
-		return faultproxy.Rule{Kind: faultproxy.Drop, Op: op, Probability: prob / 2}
-	case 5:
-		return faultproxy.Rule{Kind: faultproxy.BlackHole, Op: []string{"", "UpdateItem"}[rng.IntN(2)]}
-	case 6, 7:
-		return faultproxy.Rule{Kind: faultproxy.TransactionConflict, Op: "TransactWriteItems", Probability: prob}
-	default:
-		return faultproxy.Rule{Kind: faultproxy.DropReply, Op: writes[rng.IntN(len(writes))], Probability: prob}
-	}
+	injectFaultsEvery(ctx, faultPlan{
+		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.inproc,
+		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, true) }, problem: c.problem,
+	})
 }
 
 // disturbWorkers kills or pauses a random worker every so often, aiming
