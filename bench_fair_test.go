@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 	wirepkg "github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -225,7 +225,7 @@ func (fx *fhFixture) setUp(tb testing.TB, ddb *dynamodb.Client, table string, cl
 	fx.key, fx.ddb, fx.table = "fair-handoff", ddb, table
 	fx.won = make(chan fhWon, n+64)
 	for i := range clients {
-		cc := &fhCalls{DynamoDBAPI: ddb}
+		cc := newFHCalls(ddb)
 		c, err := ddblock.New(cc, ddblock.WithTableName(table), ddblock.WithLogger(quiet), ddblock.WithOwnerName(fmt.Sprintf("room-%d", i)))
 		if err != nil {
 			tb.Fatalf("New: %v", err)
@@ -445,7 +445,7 @@ func fhCounter(tb testing.TB, ddb *dynamodb.Client, table, key string) (serving,
 // line's counter, a ticket, the lock, or a session item (a client's, not
 // a wait's).
 type fhCalls struct {
-	ddblock.DynamoDBAPI
+	ddbtest.Tap
 	total                                      atomic.Int64
 	counterReads, counterWrites                atomic.Int64
 	ticketReads, ticketWrites                  atomic.Int64
@@ -453,62 +453,44 @@ type fhCalls struct {
 	takes, ticketsPut                          atomic.Int64 // that succeeded
 }
 
-func (c *fhCalls) count(key map[string]types.AttributeValue, write bool) {
-	c.total.Add(1)
-	pk, _ := key[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS)
-	var v string
-	if pk != nil {
-		v = pk.Value
+func newFHCalls(api ddblock.DynamoDBAPI) *fhCalls {
+	c := &fhCalls{}
+	c.Tap = ddbtest.Tap{DynamoDBAPI: api,
+		Before: func(_ context.Context, call *ddbtest.Call) error {
+			if call.Op == "Query" {
+				return nil
+			}
+			c.total.Add(1)
+			write := call.Write()
+			switch kind := call.Kind(); {
+			case call.Op == "Scan":
+				c.scans.Add(1)
+			case kind == "session":
+				c.sessionCalls.Add(1)
+			case kind == "line" && write:
+				c.counterWrites.Add(1)
+			case kind == "line":
+				c.counterReads.Add(1)
+			case kind == "ticket" && write:
+				c.ticketWrites.Add(1)
+			case kind == "ticket":
+				c.ticketReads.Add(1)
+			case write:
+				c.lockWrites.Add(1)
+			default:
+				c.lockReads.Add(1)
+			}
+			return nil
+		},
+		After: func(call *ddbtest.Call, err error) {
+			switch {
+			case err != nil:
+			case call.Op == "PutItem" && call.Kind() == "ticket":
+				c.ticketsPut.Add(1)
+			case call.Op == "UpdateItem" && call.Kind() == "line" && call.In.(*dynamodb.UpdateItemInput).ConditionExpression == nil:
+				c.takes.Add(1) // the take of a number is the counter's one unconditional update
+			}
+		},
 	}
-	switch {
-	case strings.HasPrefix(v, "ddblock_session#"):
-		c.sessionCalls.Add(1)
-	case strings.HasPrefix(v, "ddblock_line#") && write:
-		c.counterWrites.Add(1)
-	case strings.HasPrefix(v, "ddblock_line#"):
-		c.counterReads.Add(1)
-	case strings.HasPrefix(v, "ddblock_wait#") && write:
-		c.ticketWrites.Add(1)
-	case strings.HasPrefix(v, "ddblock_wait#"):
-		c.ticketReads.Add(1)
-	case write:
-		c.lockWrites.Add(1)
-	default:
-		c.lockReads.Add(1)
-	}
-}
-
-func (c *fhCalls) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	c.count(in.Key, false)
-	return c.DynamoDBAPI.GetItem(ctx, in, o...)
-}
-
-func (c *fhCalls) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	c.count(in.Item, true)
-	out, err := c.DynamoDBAPI.PutItem(ctx, in, o...)
-	if pk, _ := in.Item[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS); err == nil && pk != nil && strings.HasPrefix(pk.Value, "ddblock_wait#") {
-		c.ticketsPut.Add(1)
-	}
-	return out, err
-}
-
-func (c *fhCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	c.count(in.Key, true)
-	out, err := c.DynamoDBAPI.UpdateItem(ctx, in, o...)
-	if pk, _ := in.Key[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS); err == nil && pk != nil &&
-		strings.HasPrefix(pk.Value, "ddblock_line#") && in.ConditionExpression == nil {
-		c.takes.Add(1) // the take of a number is the counter's one unconditional update
-	}
-	return out, err
-}
-
-func (c *fhCalls) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	c.count(in.Key, true)
-	return c.DynamoDBAPI.DeleteItem(ctx, in, o...)
-}
-
-func (c *fhCalls) Scan(ctx context.Context, in *dynamodb.ScanInput, o ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
-	c.total.Add(1)
-	c.scans.Add(1)
-	return c.DynamoDBAPI.Scan(ctx, in, o...)
+	return c
 }

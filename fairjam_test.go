@@ -17,6 +17,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // Issue 30: ways a line of fair waiters (line.go) could jam, one test
@@ -68,7 +69,7 @@ var fjErrDead = errors.New("fairjam: dead")
 // stopped process's do); it records when the last lock put that landed
 // was sent, and counts the writes of a wait.
 type fjDDB struct {
-	ddblock.DynamoDBAPI
+	ddbtest.Tap
 	clk *clock.Fake
 
 	dead     atomic.Bool
@@ -119,24 +120,6 @@ func (d *fjDDB) enter(ctx context.Context) error {
 
 func (d *fjDDB) exit() { d.inflight.Add(-1) }
 
-// fjKeyKind says what an item's key is: "line" (a counter), "ticket",
-// "session" or "lock".
-func fjKeyKind(key map[string]types.AttributeValue) string {
-	pk, _ := key[ddblock.DefaultPartitionKeyName].(*types.AttributeValueMemberS)
-	if pk == nil {
-		return "lock"
-	}
-	switch {
-	case strings.HasPrefix(pk.Value, "ddblock_line#"):
-		return "line"
-	case strings.HasPrefix(pk.Value, "ddblock_wait#"):
-		return "ticket"
-	case strings.HasPrefix(pk.Value, "ddblock_session#"):
-		return "session"
-	}
-	return "lock"
-}
-
 func (d *fjDDB) wrote(kind string) {
 	switch kind {
 	case "line":
@@ -146,64 +129,33 @@ func (d *fjDDB) wrote(kind string) {
 	}
 }
 
-func (d *fjDDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
+func newFJDDB(api ddblock.DynamoDBAPI, clk *clock.Fake) *fjDDB {
+	d := &fjDDB{clk: clk}
+	d.putAt.Store(-1)
+	d.Tap = ddbtest.Tap{DynamoDBAPI: api,
+		Before: func(ctx context.Context, call *ddbtest.Call) error {
+			if err := d.enter(ctx); err != nil {
+				return err
+			}
+			if call.Write() {
+				d.wrote(call.Kind())
+			}
+			if call.Op == "PutItem" {
+				call.Data = d.clk.Monotonic()
+			}
+			return nil
+		},
+		After: func(call *ddbtest.Call, err error) {
+			d.exit()
+			if call.Op == "PutItem" && call.Kind() == "lock" {
+				d.lockPuts.Add(1)
+				if err == nil {
+					d.putAt.Store(int64(call.Data.(time.Duration)))
+				}
+			}
+		},
 	}
-	defer d.exit()
-	return d.DynamoDBAPI.GetItem(ctx, in, o...)
-}
-
-func (d *fjDDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	kind := fjKeyKind(in.Item)
-	d.wrote(kind)
-	sent := d.clk.Monotonic()
-	out, err := d.DynamoDBAPI.PutItem(ctx, in, o...)
-	if kind == "lock" {
-		d.lockPuts.Add(1)
-		if err == nil {
-			d.putAt.Store(int64(sent))
-		}
-	}
-	return out, err
-}
-
-func (d *fjDDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	d.wrote(fjKeyKind(in.Key))
-	return d.DynamoDBAPI.UpdateItem(ctx, in, o...)
-}
-
-func (d *fjDDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	d.wrote(fjKeyKind(in.Key))
-	return d.DynamoDBAPI.DeleteItem(ctx, in, o...)
-}
-
-func (d *fjDDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	return d.DynamoDBAPI.Query(ctx, in, o...)
-}
-
-func (d *fjDDB) Scan(ctx context.Context, in *dynamodb.ScanInput, o ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	return d.DynamoDBAPI.Scan(ctx, in, o...)
+	return d
 }
 
 // lastPut is when the last lock put that landed was sent (fake
@@ -231,8 +183,7 @@ func newFJWorld(t *testing.T) *fjWorld {
 // are revived at its end, so that they close.
 func (w *fjWorld) client(owner string, opts ...ddblock.Option) (*ddblock.Client, *fjDDB) {
 	w.t.Helper()
-	d := &fjDDB{DynamoDBAPI: w.e.ddb, clk: w.clk}
-	d.putAt.Store(-1)
+	d := newFJDDB(w.e.ddb, w.clk)
 	w.mu.Lock()
 	w.dbs = append(w.dbs, d)
 	w.mu.Unlock()

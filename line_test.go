@@ -211,69 +211,31 @@ func TestFairWaitersTakeTheLockInArrivalOrder(t *testing.T) {
 // tracked(...): stepWhile moves fake time only when none is.
 var trackedInFlight atomic.Int64
 
-type trackedDDB struct{ ddblock.DynamoDBAPI }
-
-func tracked(d ddblock.DynamoDBAPI) ddblock.DynamoDBAPI { return trackedDDB{d} }
-
-func (d trackedDDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	trackedInFlight.Add(1)
-	defer trackedInFlight.Add(-1)
-	return d.DynamoDBAPI.GetItem(ctx, in, o...)
-}
-
-func (d trackedDDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	trackedInFlight.Add(1)
-	defer trackedInFlight.Add(-1)
-	return d.DynamoDBAPI.PutItem(ctx, in, o...)
-}
-
-func (d trackedDDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	trackedInFlight.Add(1)
-	defer trackedInFlight.Add(-1)
-	return d.DynamoDBAPI.UpdateItem(ctx, in, o...)
-}
-
-func (d trackedDDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	trackedInFlight.Add(1)
-	defer trackedInFlight.Add(-1)
-	return d.DynamoDBAPI.DeleteItem(ctx, in, o...)
+func tracked(d ddblock.DynamoDBAPI) ddblock.DynamoDBAPI {
+	return &ddbtest.Tap{DynamoDBAPI: d,
+		Before: func(context.Context, *ddbtest.Call) error { trackedInFlight.Add(1); return nil },
+		After:  func(*ddbtest.Call, error) { trackedInFlight.Add(-1) },
+	}
 }
 
 // dying is a DynamoDB client that can be killed: every call then fails,
 // as a killed process's would never come.
 type dying struct {
-	ddblock.DynamoDBAPI
+	ddbtest.Tap
 	dead atomic.Bool
 }
 
 var errDead = errors.New("dead")
 
-func (d *dying) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDBAPI.GetItem(ctx, in, o...)
-}
-
-func (d *dying) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDBAPI.PutItem(ctx, in, o...)
-}
-
-func (d *dying) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDBAPI.UpdateItem(ctx, in, o...)
-}
-
-func (d *dying) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDBAPI.DeleteItem(ctx, in, o...)
+func newDying(api ddblock.DynamoDBAPI) *dying {
+	d := &dying{}
+	d.Tap = ddbtest.Tap{DynamoDBAPI: api, Before: func(context.Context, *ddbtest.Call) error {
+		if d.dead.Load() {
+			return errDead
+		}
+		return nil
+	}}
+	return d
 }
 
 // A fair waiter that dies first in line (its ticket stays: it can
@@ -285,7 +247,7 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 	ctx := context.Background()
 	holder, held := holdK(t, e)
 	clk := fakeClock()
-	dd := &dying{DynamoDBAPI: e.ddb}
+	dd := newDying(e.ddb)
 	doomed := e.clientOn(tracked(dd), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("doomed"))...)
 	puts := &putClock{DynamoDBAPI: e.ddb, clk: clk}
 	alive := e.clientOn(tracked(puts), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName("alive"))...)
@@ -337,11 +299,43 @@ func TestDeadFairWaiterLosesItsPlace(t *testing.T) {
 // a wait's: one heartbeat a period whatever it waits for) are not
 // counted.
 type lineCounting struct {
-	ddblock.DynamoDBAPI
+	ddbtest.Tap
 	lineWrites, lineReads, lockWrites, lockReads atomic.Int32
 	ticketWrites, ticketReads                    atomic.Int32
 	mu                                           sync.Mutex
 	writes                                       []string // lock writes, in order, with their outcomes
+}
+
+func newLineCounting(api ddblock.DynamoDBAPI) *lineCounting {
+	c := &lineCounting{}
+	c.Tap = ddbtest.Tap{DynamoDBAPI: api,
+		Before: func(_ context.Context, call *ddbtest.Call) error {
+			kind, write := call.Kind(), call.Write()
+			switch {
+			case call.Op == "Query" || call.Op == "Scan" || kind == "session":
+			case call.Op == "UpdateItem" && kind != "line": // on the lock, a heartbeat: not the wait's
+			case kind == "ticket" && write:
+				c.ticketWrites.Add(1)
+			case kind == "ticket":
+				c.ticketReads.Add(1)
+			case kind == "line" && write:
+				c.lineWrites.Add(1)
+			case kind == "line":
+				c.lineReads.Add(1)
+			case write:
+				c.lockWrites.Add(1)
+			default:
+				c.lockReads.Add(1)
+			}
+			return nil
+		},
+		After: func(call *ddbtest.Call, err error) {
+			if call.Kind() == "lock" && (call.Op == "PutItem" || call.Op == "DeleteItem") {
+				c.wrote(call.Op, err)
+			}
+		},
+	}
+	return c
 }
 
 func (c *lineCounting) wrote(op string, err error) {
@@ -356,68 +350,6 @@ func (c *lineCounting) wrote(op string, err error) {
 		}
 	}
 	c.writes = append(c.writes, op+": "+outcome)
-}
-
-// keyOf is an item's or a key's string values, joined.
-func keyOf(item map[string]types.AttributeValue) string {
-	var b strings.Builder
-	for _, v := range item {
-		if s, ok := v.(*types.AttributeValueMemberS); ok {
-			b.WriteString(s.Value)
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
-}
-
-func (c *lineCounting) count(key string, write bool) {
-	line := strings.Contains(key, "ddblock_line#")
-	switch {
-	case strings.Contains(key, "ddblock_wait#") && write:
-		c.ticketWrites.Add(1)
-	case strings.Contains(key, "ddblock_wait#"):
-		c.ticketReads.Add(1)
-	case strings.Contains(key, "ddblock_session#"):
-	case line && write:
-		c.lineWrites.Add(1)
-	case line:
-		c.lineReads.Add(1)
-	case write:
-		c.lockWrites.Add(1)
-	default:
-		c.lockReads.Add(1)
-	}
-}
-
-func (c *lineCounting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	c.count(keyOf(in.Key), false)
-	return c.DynamoDBAPI.GetItem(ctx, in, o...)
-}
-
-func (c *lineCounting) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	k := keyOf(in.Item)
-	c.count(k, true)
-	out, err := c.DynamoDBAPI.PutItem(ctx, in, o...)
-	if !strings.Contains(k, "ddblock_wait#") && !strings.Contains(k, "ddblock_session#") {
-		c.wrote("PutItem", err)
-	}
-	return out, err
-}
-
-func (c *lineCounting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if strings.Contains(keyOf(in.Key), "ddblock_line#") {
-		c.count(keyOf(in.Key), true) // on the lock, a heartbeat: not the wait's
-	}
-	return c.DynamoDBAPI.UpdateItem(ctx, in, o...)
-}
-
-func (c *lineCounting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	c.count(keyOf(in.Key), true)
-	out, err := c.DynamoDBAPI.DeleteItem(ctx, in, o...)
-	if k := keyOf(in.Key); !strings.Contains(k, "ddblock_line#") && !strings.Contains(k, "ddblock_wait#") && !strings.Contains(k, "ddblock_session#") {
-		c.wrote("DeleteItem", err)
-	}
-	return out, err
 }
 
 // A fair wait costs a bounded number of writes, however long it lasts:
@@ -438,7 +370,7 @@ func TestFairWaitWritesAreBounded(t *testing.T) {
 	var counts []*lineCounting
 	var waiters []*fairWaiter
 	for i := range n {
-		cc := &lineCounting{DynamoDBAPI: e.ddb}
+		cc := newLineCounting(e.ddb)
 		counts = append(counts, cc)
 		c := e.clientOn(tracked(cc), append(fakeTimes(), ddblock.WithClock(clk), ddblock.WithOwnerName(fmt.Sprintf("w%d", i)))...)
 		waitForSleepers(t, clk, 3*i+1)
