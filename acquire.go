@@ -343,27 +343,14 @@ func (a *acquisition) putWithSession(ctx context.Context) (*Lock, error) {
 }
 
 // look records what a look at the table showed. For a lock attached to
-// a session it reads the session item too, after the lock item: the
-// holder creates its session before it writes a lock naming it, so a
-// session found missing then was ended or removed, not yet to come. What
-// the read shows goes into the client's record of the session
-// (observations.go), which every acquire of a lock naming the session
-// shares; a session already judged dead is not read again.
+// a session it reads the session item too (Client.watchSession).
 func (a *acquisition) look(ctx context.Context, info *LockInfo) error {
 	if info != nil && info.Session != nil && !info.Released {
-		c := a.c
-		pk := info.Session.PartitionKey
-		if !c.observations.sessionDead(pk, sessionLeaseOf(info)) {
-			seen, readSent, readWall, err := c.readSession(ctx, pk)
-			if err != nil {
-				return a.callError(ctx, "reading the lock's session", err)
-			}
-			version := absentSession
-			if seen != nil {
-				version = seen.RecordVersionNumber
-			}
-			c.observations.seeSession(pk, version, readSent, c.clock.Monotonic())
-			info.Session.Item = seen
+		readWall, read, err := a.c.watchSession(ctx, info)
+		if err != nil {
+			return a.callError(ctx, "reading the lock's session", err)
+		}
+		if read {
 			a.sessionReadWall = readWall
 		}
 	}
@@ -413,25 +400,12 @@ func (a *acquisition) mayWrite() bool {
 	return false
 }
 
-// expired: the same version number has stood for the item's whole lease.
-//
-// A lock attached to a session goes with its session: it is free once
-// this client has seen the session item's version (or its absence) stand
-// for the session's lease, from the reply to the first read that showed
-// it to the sending of a later read that showed it still, whichever
-// acquire of this client made the reads and whichever lock of the
-// session they were made for. The lock's own version number plays no
-// part: its holder counts every lock on the session safe only for the
-// safe period after the session's last landed heartbeat, however
-// recently the lock was written (lock.go), and a heartbeat of the
-// session that lands after the session was judged dead comes a whole
-// lease after its last landed one, and makes its holder count all its
-// locks lost (session.go). The put stays conditioned on the lock's
-// version number, so that a lock another waiter took meanwhile is never
-// stolen from it.
+// expired: the same version number has stood for the item's whole
+// lease; for a lock attached to a session, its session is dead
+// (Client.sessionExpired).
 func (a *acquisition) expired() bool {
-	if s := a.seen.Session; s != nil {
-		return a.c.observations.sessionDead(s.PartitionKey, sessionLeaseOf(a.seen))
+	if a.seen.Session != nil {
+		return a.c.sessionExpired(a.seen)
 	}
 	return a.lookAt-a.seenAt >= a.seen.LeaseDuration
 }
@@ -449,28 +423,15 @@ func (a *acquisition) adopt(l *look) {
 	a.lookAt, a.lookWall, a.sessionReadWall = l.at, l.wall, l.sessionReadWall
 }
 
-// staleByStamp: fast takeover by the holder's wall-clock stamp. For a
-// lock attached to a session, the stamps of both items count, the later
-// one, against the wall clock when the session was last read.
+// staleByStamp: fast takeover by the holder's wall-clock stamp; for a
+// lock attached to a session, by its session's (Client.sessionStale).
 func (a *acquisition) staleByStamp() bool {
 	skew := a.c.opts.MaxClockSkew
 	if skew <= 0 || a.seen.HeartbeatTime.IsZero() {
 		return false
 	}
-	if s := a.seen.Session; s != nil {
-		if s.Item == nil || s.Item.HeartbeatTime.IsZero() {
-			return false // a missing session is timed by watching
-		}
-		stamp := a.seen.HeartbeatTime
-		if s.Item.HeartbeatTime.After(stamp) {
-			stamp = s.Item.HeartbeatTime
-		}
-		if !a.sessionReadWall.After(stamp.Add(sessionLeaseOf(a.seen) + skew)) {
-			return false
-		}
-		// The session is dead by its stamp: so is every lock on it.
-		a.c.observations.markSessionDead(s.PartitionKey, s.Item.RecordVersionNumber, sessionLeaseOf(a.seen))
-		return true
+	if a.seen.Session != nil {
+		return a.c.sessionStale(a.seen, a.sessionReadWall, skew)
 	}
 	return a.lookWall.After(a.seen.HeartbeatTime.Add(a.seen.LeaseDuration + skew))
 }

@@ -539,3 +539,69 @@ func (c *Client) readSession(ctx context.Context, pk string) (item *LockInfo, se
 	}
 	return item, sent, sentWall, nil
 }
+
+// The session's part of the takeover rule: how an acquire judges a lock
+// attached to a session, by its session rather than by the lock item.
+
+// watchSession reads the session item of info, a lock seen attached to a
+// session, after the lock item: the holder creates its session before
+// it writes a lock naming it, so a session found missing then was ended
+// or removed, not yet to come. What the read shows goes into the
+// client's record of the session (observations.go), which every acquire
+// of a lock naming the session shares, and into info.Session.Item. A
+// session already judged dead is not read again (read false).
+func (c *Client) watchSession(ctx context.Context, info *LockInfo) (readWall time.Time, read bool, err error) {
+	pk := info.Session.PartitionKey
+	if c.observations.sessionDead(pk, sessionLeaseOf(info)) {
+		return time.Time{}, false, nil
+	}
+	seen, readSent, readWall, err := c.readSession(ctx, pk)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	version := absentSession
+	if seen != nil {
+		version = seen.RecordVersionNumber
+	}
+	c.observations.seeSession(pk, version, readSent, c.clock.Monotonic())
+	info.Session.Item = seen
+	return readWall, true, nil
+}
+
+// sessionExpired: a lock attached to a session goes with its session. It
+// is free once this client has seen the session item's version (or its
+// absence) stand for the session's lease, from the reply to the first
+// read that showed it to the sending of a later read that showed it
+// still, whichever acquire of this client made the reads and whichever
+// lock of the session they were made for. The lock's own version number
+// plays no part: its holder counts every lock on the session safe only
+// for the safe period after the session's last landed heartbeat, however
+// recently the lock was written (lock.go), and a heartbeat of the
+// session that lands after the session was judged dead comes a whole
+// lease after its last landed one, and makes its holder count all its
+// locks lost (above). The put stays conditioned on the lock's version
+// number, so that a lock another waiter took meanwhile is never stolen
+// from it.
+func (c *Client) sessionExpired(seen *LockInfo) bool {
+	return c.observations.sessionDead(seen.Session.PartitionKey, sessionLeaseOf(seen))
+}
+
+// sessionStale: fast takeover of a lock attached to a session by the
+// stamps of both items, the later one, against the wall clock when the
+// session was last read (readWall). A session found dead so is dead for
+// every lock on it. A missing session is timed by watching instead.
+func (c *Client) sessionStale(seen *LockInfo, readWall time.Time, skew time.Duration) bool {
+	s := seen.Session
+	if s.Item == nil || s.Item.HeartbeatTime.IsZero() {
+		return false
+	}
+	stamp := seen.HeartbeatTime
+	if s.Item.HeartbeatTime.After(stamp) {
+		stamp = s.Item.HeartbeatTime
+	}
+	if !readWall.After(stamp.Add(sessionLeaseOf(seen) + skew)) {
+		return false
+	}
+	c.observations.markSessionDead(s.PartitionKey, s.Item.RecordVersionNumber, sessionLeaseOf(seen))
+	return true
+}
