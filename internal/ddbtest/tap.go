@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/wire"
 )
 
 // Call is one DynamoDB call as a [Tap] sees it.
@@ -37,9 +38,9 @@ func (c *Call) Kind() string {
 	switch {
 	case pk == nil:
 		return "lock"
-	case strings.HasPrefix(pk.Value, "ddblock_line#"):
+	case strings.HasPrefix(pk.Value, wire.LineKeyPrefix):
 		return "line"
-	case strings.HasPrefix(pk.Value, "ddblock_wait#"):
+	case strings.HasPrefix(pk.Value, wire.TicketKeyPrefix):
 		return "ticket"
 	case strings.HasPrefix(pk.Value, "ddblock_session#"):
 		return "session"
