@@ -99,19 +99,7 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	o := acquireOptions{
-		SortKey:      DefaultSortKey,
-		RetryPeriod:  c.opts.HeartbeatPeriod,
-		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
-	}
-	if c.opts.PartitionKeyOnly {
-		o.SortKey = ""
-	}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
+	o := c.acquireSettings(opts)
 	if err := c.checkAcquire(pk, &o); err != nil {
 		return nil, err
 	}
@@ -128,6 +116,24 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	a.line.leave() // won or not, the ticket has served
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
 	return lock, err
+}
+
+// acquireSettings applies opts to the client's defaults for an acquire.
+func (c *Client) acquireSettings(opts []AcquireOption) acquireOptions {
+	o := acquireOptions{
+		SortKey:      DefaultSortKey,
+		RetryPeriod:  c.opts.HeartbeatPeriod,
+		RetryTimeout: c.opts.LeaseDuration + c.opts.HeartbeatPeriod,
+	}
+	if c.opts.PartitionKeyOnly {
+		o.SortKey = ""
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
 }
 
 // checkKeyValue refuses, as setting, a key value that DynamoDB would
@@ -446,51 +452,14 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 	}
 	defer unreserve()
 	now := c.clock.Now()
-	info := &LockInfo{
-		PartitionKey:         a.pk,
-		SortKey:              a.opts.SortKey,
-		OwnerName:            c.opts.OwnerName,
-		LeaseDuration:        c.opts.LeaseDuration,
-		RecordVersionNumber:  wire.NewRecordVersionNumber(),
-		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
-		AdditionalAttributes: a.opts.AdditionalAttributes,
-		Tenure:               wire.NewRecordVersionNumber(),
-	}
-	if c.opts.MaxClockSkew > 0 {
-		info.HeartbeatTime = now
-	}
 	var sess *session
 	if c.opts.SessionLease {
 		var err error
-		if sess, err = c.liveSession(ctx); err != nil {
-			return nil, a.callError(ctx, "starting the client's session", err)
+		if sess, err = a.liveSession(ctx); err != nil {
+			return nil, err
 		}
-		if since := c.clock.Monotonic() - sess.lastGoodSent(); since > c.opts.SafePeriod {
-			// A lock on the session is safe only as long as the session
-			// is (lock.go): one put now would be in danger from the
-			// start. Wait for a heartbeat of the session to land, or for
-			// the session to end and a new one to start.
-			return nil, a.fail(CodeLockInDanger, fmt.Sprintf("the client's session has had no heartbeat land for %v, more than the safe period: no lock is put on it until one lands", since), errSessionInDanger)
-		}
-		// Written once, never heartbeated: the lease that clients
-		// which do not know sessions read keeps them away (see
-		// session.go), and so does the TTL.
-		info.LeaseDuration = sessionLockLease
-		info.ExpiryTime = now.Add(sessionLockLease)
-		info.Session = &SessionInfo{PartitionKey: sess.pk, LeaseDuration: sess.lease}
 	}
-	// The fencing token counts acquisitions of the key. It goes on even
-	// when this client does not ask for tokens, so that no client breaks
-	// another's count by overwriting the item. A count that has to start
-	// afresh (a new key, or an item whose count was lost to a Python
-	// client's overwrite or to TTL clean-up) starts at the wall clock in
-	// microseconds, above every token of an earlier count as long as the
-	// hosts' clocks agree to within the time the count was lost for.
-	if prior := a.seen; prior != nil && prior.FencingToken > 0 {
-		info.FencingToken = prior.FencingToken + 1
-	} else if c.opts.FencingTokens {
-		info.FencingToken = max(now.UnixMicro(), 1)
-	}
+	info := a.lockItem(now, sess)
 	var takenFrom *LockInfo
 	var in *dynamodb.PutItemInput
 	if a.seen == nil {
@@ -535,6 +504,64 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		return a.won(info, sess, sent, takenFrom, fast)
 	}
 	return nil, a.look(ctx, current)
+}
+
+// liveSession returns the client's session for a lock about to be put
+// on it, or the error that keeps the put from being made: a lock on the
+// session is safe only as long as the session is (lock.go), and one put
+// on a session past its safe period would be in danger from the start.
+// The acquire then waits for a heartbeat of the session to land, or for
+// the session to end and a new one to start.
+func (a *acquisition) liveSession(ctx context.Context) (*session, error) {
+	c := a.c
+	sess, err := c.liveSession(ctx)
+	if err != nil {
+		return nil, a.callError(ctx, "starting the client's session", err)
+	}
+	if since := c.clock.Monotonic() - sess.lastGoodSent(); since > c.opts.SafePeriod {
+		return nil, a.fail(CodeLockInDanger, fmt.Sprintf("the client's session has had no heartbeat land for %v, more than the safe period: no lock is put on it until one lands", since), errSessionInDanger)
+	}
+	return sess, nil
+}
+
+// lockItem is the item that acquires the lock, written at now: on sess
+// when it is not nil, over what was seen last (a.seen).
+func (a *acquisition) lockItem(now time.Time, sess *session) *LockInfo {
+	c := a.c
+	info := &LockInfo{
+		PartitionKey:         a.pk,
+		SortKey:              a.opts.SortKey,
+		OwnerName:            c.opts.OwnerName,
+		LeaseDuration:        c.opts.LeaseDuration,
+		RecordVersionNumber:  wire.NewRecordVersionNumber(),
+		ExpiryTime:           now.Add(c.opts.ExpiryPeriod),
+		AdditionalAttributes: a.opts.AdditionalAttributes,
+		Tenure:               wire.NewRecordVersionNumber(),
+	}
+	if c.opts.MaxClockSkew > 0 {
+		info.HeartbeatTime = now
+	}
+	if sess != nil {
+		// Written once, never heartbeated: the lease that clients
+		// which do not know sessions read keeps them away (see
+		// session.go), and so does the TTL.
+		info.LeaseDuration = sessionLockLease
+		info.ExpiryTime = now.Add(sessionLockLease)
+		info.Session = &SessionInfo{PartitionKey: sess.pk, LeaseDuration: sess.lease}
+	}
+	// The fencing token counts acquisitions of the key. It goes on even
+	// when this client does not ask for tokens, so that no client breaks
+	// another's count by overwriting the item. A count that has to start
+	// afresh (a new key, or an item whose count was lost to a Python
+	// client's overwrite or to TTL clean-up) starts at the wall clock in
+	// microseconds, above every token of an earlier count as long as the
+	// hosts' clocks agree to within the time the count was lost for.
+	if prior := a.seen; prior != nil && prior.FencingToken > 0 {
+		info.FencingToken = prior.FencingToken + 1
+	} else if c.opts.FencingTokens {
+		info.FencingToken = max(now.UnixMicro(), 1)
+	}
+	return info
 }
 
 // won turns a successful write into a held lock.
@@ -643,10 +670,11 @@ func (a *acquisition) heldError() error {
 var errSessionInDanger = errors.New("ddblock: the client's session is in danger")
 
 // transient reports whether a failed call is worth another attempt:
-// throttling, a server error, a timeout or a lost connection, or the
-// client's own session in danger.
+// throttling, a server error, a timeout or a lost connection, the
+// client's own session in danger, or a set's transaction cancelled by
+// conflicts (lockset.go).
 func transient(err error) bool {
-	if errors.Is(err, errSessionInDanger) {
+	if errors.Is(err, errSessionInDanger) || CodeOf(err) == CodeTransactionConflict {
 		return true
 	}
 	var lerr *Error

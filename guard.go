@@ -186,13 +186,23 @@ type transactWriter interface {
 //
 // Any other failure is CodeUnknown with the SDK's error as its cause.
 func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	return guardedWrite(ctx, []*Lock{l}, in, optFns)
+}
+
+// guardedWrite is the guarded write of one lock, or of a set's locks
+// (locks are never empty): one guard per lock, then the caller's
+// actions.
+func guardedWrite(ctx context.Context, locks []*Lock, in *dynamodb.TransactWriteItemsInput, optFns []func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := l.guardable(); err != nil {
-		return nil, err
+	for _, l := range locks {
+		if err := l.guardable(); err != nil {
+			return nil, err
+		}
 	}
-	if err := l.checkGuardedInput(in); err != nil {
+	l := locks[0]
+	if err := checkGuardedInput(locks, in); err != nil {
 		return nil, err
 	}
 	c := l.client
@@ -203,20 +213,33 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	if err := ctx.Err(); err != nil {
 		return nil, l.lockError(CodeCanceled, "the context ended before the guarded write was sent", context.Cause(ctx))
 	}
-	// A heartbeat of this lock refused by a conflict with this holder's
-	// own guarded writes goes first (sendHeartbeatThroughConflicts).
-	if waited, err := l.gate.enter(ctx); err != nil {
-		return nil, l.lockError(CodeCanceled, "the context ended before the guarded write was sent, while the lock's heartbeat went first", context.Cause(ctx))
-	} else if waited {
-		if err := l.guardable(); err != nil {
-			l.gate.leave()
-			return nil, err
+	// A heartbeat of a lock refused by a conflict with this holder's own
+	// guarded writes goes first (sendHeartbeatThroughConflicts). The
+	// gates are entered in the set's order; a gate is never held while
+	// waiting for another, so entering several cannot deadlock.
+	entered := 0
+	defer func() {
+		for _, gl := range locks[:entered] {
+			gl.gate.leave()
+		}
+	}()
+	for _, gl := range locks {
+		waited, err := gl.gate.enter(ctx)
+		if err != nil {
+			return nil, gl.lockError(CodeCanceled, "the context ended before the guarded write was sent, while the lock's heartbeat went first", context.Cause(ctx))
+		}
+		entered++
+		if waited {
+			if err := gl.guardable(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	defer l.gate.leave()
 	req := *in
-	req.TransactItems = make([]types.TransactWriteItem, 0, len(in.TransactItems)+1)
-	req.TransactItems = append(req.TransactItems, types.TransactWriteItem{ConditionCheck: l.guardCheck()})
+	req.TransactItems = make([]types.TransactWriteItem, 0, len(in.TransactItems)+len(locks))
+	for _, gl := range locks {
+		req.TransactItems = append(req.TransactItems, types.TransactWriteItem{ConditionCheck: gl.guardCheck()})
+	}
 	req.TransactItems = append(req.TransactItems, in.TransactItems...)
 	if aws.ToString(req.ClientRequestToken) == "" {
 		req.ClientRequestToken = aws.String(wire.NewRecordVersionNumber())
@@ -225,7 +248,7 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	if err == nil {
 		return out, nil
 	}
-	return nil, l.guardedWriteError(ctx, err, aws.ToString(req.ClientRequestToken))
+	return nil, guardedWriteError(ctx, locks, err, aws.ToString(req.ClientRequestToken))
 }
 
 // writeGate lets a lock's heartbeat through the holder's own guarded
@@ -302,7 +325,7 @@ func (g *writeGate) hold() (drained <-chan struct{}, release func()) {
 
 // checkGuardedInput refuses what DynamoDB would refuse, or worse accept
 // in a way the caller did not mean, before anything is sent.
-func (l *Lock) checkGuardedInput(in *dynamodb.TransactWriteItemsInput) error {
+func checkGuardedInput(locks []*Lock, in *dynamodb.TransactWriteItemsInput) error {
 	if in == nil {
 		return invalidArg("TransactWriteItemsInput", "must not be nil")
 	}
@@ -310,18 +333,19 @@ func (l *Lock) checkGuardedInput(in *dynamodb.TransactWriteItemsInput) error {
 	if n == 0 {
 		return invalidArg("TransactItems", "nothing to write: give at least one action")
 	}
-	if n > MaxGuardedActions {
-		return invalidArg("TransactItems", fmt.Sprintf("%d actions: a guarded write takes at most %d (DynamoDB's 100 a transaction, less the guard)", n, MaxGuardedActions))
+	if limit := MaxGuardedActions + 1 - len(locks); n > limit {
+		return invalidArg("TransactItems", fmt.Sprintf("%d actions: a write guarded by %d locks takes at most %d (DynamoDB's 100 a transaction, less a guard per lock)", n, len(locks), limit))
 	}
-	lockKey := l.client.codec.key(l.pk, l.sk)
 	for i, a := range in.TransactItems {
 		table, key, kinds := guardedAction(a)
 		setting := fmt.Sprintf("TransactItems[%d]", i)
 		if kinds != 1 {
 			return invalidArg(setting, fmt.Sprintf("sets %d of Put, Update, Delete and ConditionCheck: exactly one, please", kinds))
 		}
-		if table == l.client.opts.TableName && sameKey(key, lockKey) {
-			return invalidArg(setting, "acts on the lock item itself: DynamoDB refuses two actions on one item in a transaction, and the guard is one")
+		for _, l := range locks {
+			if table == l.client.opts.TableName && sameKey(key, l.client.codec.key(l.pk, l.sk)) {
+				return invalidArg(setting, "acts on a lock item itself: DynamoDB refuses two actions on one item in a transaction, and the guard is one")
+			}
 		}
 	}
 	return nil
@@ -374,17 +398,24 @@ func sameKey(item, key map[string]types.AttributeValue) bool {
 // (a failed dial, a throttle) says nothing of an earlier attempt that was
 // sent and lost: the call's options judge every attempt
 // (wire.JudgeAttempts), and such a call is OUTCOME_UNKNOWN.
-func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) error {
+func guardedWriteError(ctx context.Context, locks []*Lock, err error, token string) error {
+	l := locks[0]
 	gw := &GuardedWriteError{Action: -1, RequestToken: token, Err: err}
-	if reasons, ok := wire.CancellationReasons(err); ok {
-		guard := reasons[0]
-		gw.GuardReason = &guard
-		gw.Reasons = reasons[1:]
-		if aws.ToString(guard.Code) == "ConditionalCheckFailed" {
-			l.guardFailed(guard.Item, err)
-			return l.lockError(CodeLockNotHeld, "the lock item no longer names this tenure: nothing was written", gw)
+	if reasons, ok := wire.CancellationReasons(err); ok && len(reasons) > len(locks) {
+		guards := reasons[:len(locks)]
+		gw.Reasons = reasons[len(locks):]
+		conflict := false
+		for i, guard := range guards {
+			switch aws.ToString(guard.Code) {
+			case "ConditionalCheckFailed":
+				gw.GuardReason = &guards[i]
+				locks[i].guardFailed(guard.Item, err)
+				return locks[i].lockError(CodeLockNotHeld, "the lock item no longer names this tenure: nothing was written", gw)
+			case "TransactionConflict":
+				conflict = true
+			}
 		}
-		conflict := aws.ToString(guard.Code) == "TransactionConflict"
+		gw.GuardReason = &guards[0]
 		for i, r := range gw.Reasons {
 			switch aws.ToString(r.Code) {
 			case "ConditionalCheckFailed":
@@ -397,7 +428,7 @@ func (l *Lock) guardedWriteError(ctx context.Context, err error, token string) e
 		if conflict {
 			return l.lockError(CodeTransactionConflict, "another write to one of its items was under way: nothing was written; retry after a short back-off", gw)
 		}
-		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(reasons[1:]), gw)
+		return l.lockError(CodeUnknown, "DynamoDB cancelled the transaction: "+reasonCodes(gw.Reasons), gw)
 	}
 	var conflict *types.TransactionConflictException
 	if errors.As(err, &conflict) {

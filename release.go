@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -155,13 +156,44 @@ func (c *Client) releaseAll(ctx context.Context, locks []*Lock) {
 // carries rvn: it deletes the item, or, with KeepReleasedItems or when the
 // item carries a fencing token (counted), marks it released so that its
 // count lives on, refreshing its TTL so that DynamoDB removes it in time.
+//
+// DynamoDB refuses it while a transaction that includes the item is under
+// way: another client's AcquireLocks that found the key free a moment
+// ago, say. It is sent again then, after a pause with jitter, until ctx
+// ends (see throughConflicts).
 func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool) error {
-	if !c.opts.KeepReleasedItems && !counted {
-		return c.deleteItem(ctx, pk, sk, rvn)
+	return throughConflicts(ctx, func() error {
+		if !c.opts.KeepReleasedItems && !counted {
+			return c.deleteItem(ctx, pk, sk, rvn)
+		}
+		in := c.wire().MarkReleased(pk, sk, rvn, c.clock.Now().Add(c.opts.ExpiryPeriod))
+		_, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
+		return err
+	})
+}
+
+// throughConflicts makes a plain write, and makes it again while DynamoDB
+// refuses it for a transaction conflict (which proves it was not
+// applied), after a pause that doubles from conflictBackoffMin to
+// conflictBackoffMax, with jitter, until ctx ends. The pauses are in real
+// time: what they wait for is a transaction under way in DynamoDB.
+func throughConflicts(ctx context.Context, write func() error) error {
+	backoff := conflictBackoffMin
+	for {
+		err := write()
+		if !wire.TransactionConflict(err) || wire.OutcomeUnknown(err) {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, conflictBackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
 	}
-	in := c.wire().MarkReleased(pk, sk, rvn, c.clock.Now().Add(c.opts.ExpiryPeriod))
-	_, err := c.ddb.UpdateItem(ctx, in, c.callOpts("UpdateItem")...)
-	return err
 }
 
 func (c *Client) deleteItem(ctx context.Context, pk, sk, rvn string) error {
