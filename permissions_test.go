@@ -372,6 +372,16 @@ func permPlainLocks(t *testing.T, u *permRun) {
 		permWaitHeartbeat(t, l)
 		return nil
 	}))
+
+	// A set of keys: its transaction's puts are PutItem actions to IAM.
+	set, err := a.AcquireLocks(ctx, []string{"set-1", "set-2"})
+	if ddbtest.Shared(t).HasTransactions() {
+		permMust(t, err)
+		permWaitHeartbeat(t, set.Locks()[0])
+		permMust(t, set.Release(ctx, ddblock.WithBestEffort(false)))
+	} else if !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
+		t.Fatalf("AcquireLocks without transactions: %v; want TRANSACTIONS_UNSUPPORTED", err)
+	}
 	permCloseAll(t, true, a, b, fenced)
 }
 
