@@ -123,12 +123,13 @@ func (s *LockSet) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteIt
 //
 // It waits, polls and times out as AcquireLock does (WithRetryPeriod,
 // WithRetryTimeout, the context), and holds no key while it waits: two
-// callers that want overlapping keys in any order never deadlock. Each
-// attempt reads every key, at the same time (a GetItem each), and sends
-// the transaction only when all of them can be taken: a transaction
-// under way on a held item would make DynamoDB refuse its holder's
-// heartbeat or release. An uncontended call is k reads and one
-// TransactWriteItems. A
+// callers that want overlapping keys in any order never deadlock. The
+// first attempt puts the set at once (unless this client has seen one
+// of its keys held), so an uncontended call is one TransactWriteItems.
+// Every later attempt reads every key, at the same time (a GetItem
+// each), and sends the transaction only when all of them can be taken:
+// while a transaction is under way on a held item, DynamoDB refuses its
+// holder's heartbeat and release, which then try again. A
 // key that a concurrent transaction or write is changing cancels the
 // transaction with TransactionConflict: it is sent again, at most twice,
 // after a short random pause, and then at the next attempt.
@@ -219,8 +220,8 @@ type setAcquire struct {
 	conflicted bool
 }
 
-// attempt reads every key and, when every key can be taken, puts the
-// whole set. It returns the first lock of the set
+// attempt reads every key (but at the first attempt) and, when every key
+// can be taken, puts the whole set. It returns the first lock of the set
 // when won (the set is in m.won).
 func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 	for _, a := range m.keys {
@@ -231,13 +232,16 @@ func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 			return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
 		}
 	}
-	if err := m.lookAtAll(ctx); err != nil {
-		return nil, err
-	}
-	for _, a := range m.keys {
-		if !a.mayWrite() {
-			return nil, nil
+	// The first attempt puts at once unless this client has seen one of
+	// the keys held: like a single acquire, an uncontended call is one
+	// write. Later ones read every key first.
+	if m.attempts > 1 || !m.allMayWrite() {
+		if err := m.lookAtAll(ctx); err != nil {
+			return nil, err
 		}
+	}
+	if !m.allMayWrite() {
+		return nil, nil
 	}
 	for tries := 0; ; tries++ {
 		won, err := m.put(ctx)
@@ -259,6 +263,17 @@ func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 			return nil, err
 		}
 	}
+}
+
+// allMayWrite reports whether every key can be taken on what was seen of
+// it last, and notes for each whether a takeover would be a fast one.
+func (m *setAcquire) allMayWrite() bool {
+	for _, a := range m.keys {
+		if !a.mayWrite() {
+			return false
+		}
+	}
+	return true
 }
 
 // pause waits d, or until ctx ends. It waits in real time, not on the

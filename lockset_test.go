@@ -429,3 +429,37 @@ func TestAcquireLocksJudgedByEveryAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A session client's set rides its session: every lock of the set names
+// the client's one session item, and another client waits for them.
+func TestAcquireLocksOnSession(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	a := e.client(ddblock.WithSessionLease())
+	if !hasSetTransactions(t, e, a) {
+		return
+	}
+	set, err := a.AcquireLocks(ctx, []string{"s1", "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := set.Locks()
+	if locks[0].SessionKey() == "" || locks[0].SessionKey() != locks[1].SessionKey() {
+		t.Fatalf("session keys %q and %q; want one session for the set", locks[0].SessionKey(), locks[1].SessionKey())
+	}
+	if item := rawItem(t, e, locks[0].SessionKey(), "-"); item == nil {
+		t.Fatal("no session item")
+	}
+	b := e.client()
+	for _, l := range locks {
+		if _, err := b.TryAcquireLock(ctx, l.PartitionKey()); !errors.Is(err, ddblock.CodeLockHeld) {
+			t.Errorf("another client's try of %s: %v; want LOCK_HELD", l.PartitionKey(), err)
+		}
+	}
+	if err := set.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AcquireLocks(ctx, []string{"s1", "s2"}, ddblock.WithRetryTimeout(0)); err != nil {
+		t.Fatalf("the set after its release: %v", err)
+	}
+}
