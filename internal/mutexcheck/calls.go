@@ -150,9 +150,11 @@ func (r *Recorder) Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...f
 	return out, err
 }
 
-// TransactWriteItems passes the call on, unlogged (a guarded write's
-// transaction checks a lock item and writes none), so that guarded
-// writes work through a Recorder as through the API it wraps.
+// TransactWriteItems passes the call on. A guarded write's transaction
+// checks a lock item and writes none, and goes unlogged; the puts of a
+// set's transaction (AcquireLocks) are logged one by one, each as a
+// PutItem of the transaction's outcome: "ok", "cond" when DynamoDB
+// cancelled it on its first attempt (nothing written), else "err".
 func (r *Recorder) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	tw, ok := r.API.(interface {
 		TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
@@ -160,7 +162,29 @@ func (r *Recorder) TransactWriteItems(ctx context.Context, in *dynamodb.Transact
 	if !ok {
 		return nil, errors.New("mutexcheck: the API a Recorder wraps has no TransactWriteItems")
 	}
-	return tw.TransactWriteItems(ctx, in, optFns...)
+	var attempts atomic.Int32
+	t := Now()
+	out, err := tw.TransactWriteItems(ctx, in, append(slices.Clone(optFns), countAttempts(&attempts))...)
+	outcome := "err"
+	var canceled *types.TransactionCanceledException
+	switch {
+	case err == nil:
+		outcome = "ok"
+	case errors.As(err, &canceled) && attempts.Load() == 1:
+		outcome = "cond"
+	}
+	end := Now()
+	for _, it := range in.TransactItems {
+		if it.Put == nil {
+			continue
+		}
+		rvn := str(it.Put.Item[rvnAttr])
+		if rvn == "?" {
+			rvn = ""
+		}
+		r.Log.Call(r.Client, "PutItem", str(it.Put.Item[ddblock.DefaultPartitionKeyName]), str(it.Put.Item[ddblock.DefaultSortKeyName]), t, end, outcome, rvn)
+	}
+	return out, err
 }
 
 // StallThreshold is the lateness from which [WatchStalls] reports a

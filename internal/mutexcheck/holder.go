@@ -61,6 +61,10 @@ type Holder struct {
 	// with AcquireLock on the slot's own key, as a python_dynamodb_lock
 	// client would: the semaphore's holders must count it.
 	DirectSlots int
+	// SetSize, when at least 2, makes the holder take sets of 2 to
+	// SetSize of its keys at once (Client.AcquireLocks), work under all
+	// of them, and release each; its attempts are logged under SetKey.
+	SetSize int
 	// TrustContext, with UseWithLock, checks only the function's context
 	// at each step, not Lock.Err(): it shows whether the context alone is
 	// a safe guard (it is cancelled by the client's monitor, which may
@@ -101,6 +105,8 @@ func (h *Holder) Run(ctx context.Context) error {
 		}
 		var closed bool
 		switch {
+		case h.SetSize >= 2 && len(h.Keys) >= 2:
+			closed = h.roundSet(ctx, hold)
 		case h.UseSemaphore:
 			closed = h.roundSemaphore(ctx, key, hold)
 		case h.UseElection:

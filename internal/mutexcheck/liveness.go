@@ -48,6 +48,9 @@ package mutexcheck
 // many of its slots are occupied as the smallest limit that may be in
 // force (a resize in flight or failed counts its smaller number).
 //
+// A set of keys taken at once (SetKey) is occupied while any of its keys
+// is; an attempt at a set that may have written occupies each of them.
+//
 // A waiter cannot see the key while it is blind: while one of its
 // client's calls on the key (its line's counter or tickets, a session
 // item, or any key) is
@@ -498,8 +501,10 @@ func (r *Report) checkProgress(events []Event, tenures map[string]*Tenure, resiz
 		}
 		p, ok := g.params[a.Tenure]
 		death := g.death(g.names(a.Tenure))
-		g.occ[key] = append(g.occ[key], Occupancy{Key: key, From: a.T, Stands: true, Until: death,
-			Lease: g.lease(p, ok), Source: "an attempt of " + a.Tenure + " never ended", landed: death})
+		for _, key := range memberKeys(key) { // a set may have written each of its keys
+			g.occ[key] = append(g.occ[key], Occupancy{Key: key, From: a.T, Stands: true, Until: death,
+				Lease: g.lease(p, ok), Source: "an attempt of " + a.Tenure + " never ended", landed: death})
+		}
 	}
 	acquiredBy := map[string][]int64{} // tenures' acquisitions, by holder
 	for _, t := range tenures {
@@ -528,9 +533,11 @@ func (r *Report) checkProgress(events []Event, tenures map[string]*Tenure, resiz
 		if strings.HasSuffix(key, "/slot-*") {
 			key = strings.TrimSuffix(key, "*") + "?" + a.Tenure + fmt.Sprint(a.T)
 		}
-		g.occ[key] = append(g.occ[key], Occupancy{Key: key, From: a.T, Stands: true, Until: addSat(a.End, g.maxHeld),
-			Lease: g.lease(p, ok), Source: fmt.Sprintf("an attempt of %s (%s) that may have written, its calls not on record", a.Tenure, a.Note),
-			landed: addSat(a.End, g.maxHeld)})
+		for _, key := range memberKeys(key) {
+			g.occ[key] = append(g.occ[key], Occupancy{Key: key, From: a.T, Stands: true, Until: addSat(a.End, g.maxHeld),
+				Lease: g.lease(p, ok), Source: fmt.Sprintf("an attempt of %s (%s) that may have written, its calls not on record", a.Tenure, a.Note),
+				landed: addSat(a.End, g.maxHeld)})
+		}
 	}
 
 	// An item stands no longer once a tenure of its key put its own
@@ -679,11 +686,14 @@ func (g *progress) covered(a Event, limits map[string]int, resizes map[string][]
 	}
 	group, isGroup := strings.CutSuffix(a.Key, "/slot-*")
 	if !isGroup {
+		// A set stands free only while every one of its keys does.
 		var iv []interval
-		for _, o := range g.occ[a.Key] {
-			iv = append(iv, clip(o))
-			if near(o) {
-				around = append(around, o)
+		for _, key := range memberKeys(a.Key) {
+			for _, o := range g.occ[key] {
+				iv = append(iv, clip(o))
+				if near(o) {
+					around = append(around, o)
+				}
 			}
 		}
 		return merge(iv), sortAround(around)
@@ -770,16 +780,28 @@ func smallestLimits(declared int, evs []Event) []limitChange {
 func (g *progress) blind(a Event, p Event) []interval {
 	var iv []interval
 	slack := blindSlack(p.Retry, p.Heartbeat)
-	pk, isGroup := strings.CutSuffix(a.Key, "/slot-*")
-	if !isGroup {
-		pk, _ = keyItem(a.Key)
+	pks := []string{strings.TrimSuffix(a.Key, "/slot-*")}
+	if !strings.HasSuffix(a.Key, "/slot-*") {
+		pks = pks[:0]
+		for _, key := range memberKeys(a.Key) {
+			pk, _ := keyItem(key)
+			pks = append(pks, pk)
+		}
+	}
+	onKey := func(k string) bool {
+		for _, pk := range pks {
+			if k == pk || k == "ddblock_line#"+pk || isTicketOf(k, pk) {
+				return true
+			}
+		}
+		return k == "?" || strings.HasPrefix(k, "ddblock_session#")
 	}
 	if hasFlag(p, "calls") {
 		cs := g.calls[p.Client]
 		i, _ := slices.BinarySearchFunc(cs, a.T-g.callSpan[p.Client], func(c Event, t int64) int { return cmp.Compare(c.T, t) })
 		for ; i < len(cs) && cs[i].T <= a.End; i++ {
 			c := cs[i]
-			if c.Key != pk && c.Key != "?" && c.Key != "ddblock_line#"+pk && !strings.HasPrefix(c.Key, "ddblock_session#") && !isTicketOf(c.Key, pk) {
+			if !onKey(c.Key) {
 				continue
 			}
 			end := c.End
