@@ -64,3 +64,10 @@ type TableOptions = tableOptions
 func TableOptionForTest(f func(*TableOptions)) TableOption {
 	return func(t *tableSettings) { f(&t.tableOptions) }
 }
+
+// Slot is SemaphoreInfo's slot mapper, which the ddblock command reaches
+// through internal/hooks.
+func (i *SemaphoreInfo) Slot(pk, sk string) (int, bool) { return i.slot(pk, sk) }
+
+// SemaphoreNameOf is the client's reading of a metadata item's key.
+func (c *Client) SemaphoreNameOf(pk, sk string) (string, bool) { return c.semaphoreNameOf(pk, sk) }

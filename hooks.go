@@ -29,6 +29,10 @@ func init() {
 		}
 		return o.RetryPeriod, o.FairWaiting
 	}
+	hooks.SemaphoreSlot = func(info any, pk, sk string) (int, bool) { return info.(*SemaphoreInfo).slot(pk, sk) }
+	hooks.SemaphoreNameOf = func(client any, pk, sk string) (string, bool) {
+		return client.(*Client).semaphoreNameOf(pk, sk)
+	}
 	hooks.ListLines = func(ctx context.Context, client any) iter.Seq2[*hooks.LineInfo, error] {
 		return client.(*Client).listLines(ctx)
 	}

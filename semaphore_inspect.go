@@ -60,10 +60,12 @@ type SemaphoreInfo struct {
 	pkOnly bool
 }
 
-// Slot returns the index of the slot whose lock item has the key
+// slot returns the index of the slot whose lock item has the key
 // (partitionKey, sortKey), and whether it is a slot of this semaphore,
-// whatever the index (a slot held from before a resize included).
-func (i *SemaphoreInfo) Slot(partitionKey, sortKey string) (int, bool) {
+// whatever the index (a slot held from before a resize included). The
+// ddblock command reaches it through internal/hooks; the API's one slot
+// mapper is [Semaphore.SlotOf].
+func (i *SemaphoreInfo) slot(partitionKey, sortKey string) (int, bool) {
 	if i == nil {
 		return 0, false
 	}
@@ -71,11 +73,12 @@ func (i *SemaphoreInfo) Slot(partitionKey, sortKey string) (int, bool) {
 	return s.slotOfKey(partitionKey, sortKey)
 }
 
-// SemaphoreNameOf returns the name of the semaphore whose metadata item
+// semaphoreNameOf returns the name of the semaphore whose metadata item
 // would have the key (partitionKey, sortKey) on this client's table, and
 // whether the key is one of a metadata item at all. It looks at the key
-// alone: [Client.GetSemaphore] reads the item.
-func (c *Client) SemaphoreNameOf(partitionKey, sortKey string) (string, bool) {
+// alone: [Client.GetSemaphore] reads the item. The ddblock command
+// reaches it through internal/hooks.
+func (c *Client) semaphoreNameOf(partitionKey, sortKey string) (string, bool) {
 	if c.usable() != nil {
 		return "", false
 	}
@@ -155,7 +158,7 @@ func (c *Client) ListSemaphores(ctx context.Context) iter.Seq2[*SemaphoreInfo, e
 				if pk == nil {
 					continue
 				}
-				name, ok := c.SemaphoreNameOf(pk.Value, sk)
+				name, ok := c.semaphoreNameOf(pk.Value, sk)
 				if !ok {
 					continue
 				}

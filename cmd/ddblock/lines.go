@@ -113,7 +113,7 @@ func lineEntries(client *ddblock.Client, lines []*hooks.LineInfo, locks []*ddblo
 	out := make([]*lineEntry, len(lines))
 	for i, line := range lines {
 		e := &lineEntry{info: line, free: true, lock: "free"}
-		if name, ok := client.SemaphoreNameOf(line.PartitionKey, line.SortKey); ok {
+		if name, ok := hooks.SemaphoreNameOf(client, line.PartitionKey, line.SortKey); ok {
 			e.semaphore = name
 			e.lock = "semaphore, no metadata item"
 			for _, s := range sems {
@@ -183,7 +183,7 @@ func keyArgs(conn *connFlags, pk, sk string) string {
 
 // lineOf names what a line waits for: a lock, or a semaphore.
 func lineOf(client *ddblock.Client, pk, sk string) string {
-	if name, ok := client.SemaphoreNameOf(pk, sk); ok {
+	if name, ok := hooks.SemaphoreNameOf(client, pk, sk); ok {
 		return "semaphore " + strconv.Quote(name)
 	}
 	return "lock " + lockName(pk, sk)
@@ -298,7 +298,7 @@ func getLine(ctx context.Context, env *environ, client *ddblock.Client, conn *co
 		return fail(exitNotFound, "no line of fair waiters for %s in table %q: nobody waits in line for it", lineOf(client, lockPK, sk), conn.table)
 	}
 	e := &lineEntry{info: info, free: true, lock: "free"}
-	if name, ok := client.SemaphoreNameOf(lockPK, sk); ok {
+	if name, ok := hooks.SemaphoreNameOf(client, lockPK, sk); ok {
 		e.semaphore = name
 		si, err := client.GetSemaphore(ctx, name)
 		switch {
@@ -399,7 +399,7 @@ func getTicket(ctx context.Context, env *environ, client *ddblock.Client, conn *
 		return fail(exitDataErr, "%s is not a ticket ddblock could have written (no %s)", lockName(key, sk), wire.AttrTicketID)
 	}
 	d := ticketDetailJSON{LineKey: lineKeyPrefix + lockPK, Key: lockPK, SortKey: sk, Number: n}
-	if name, ok := client.SemaphoreNameOf(lockPK, sk); ok {
+	if name, ok := hooks.SemaphoreNameOf(client, lockPK, sk); ok {
 		d.Semaphore = name
 	}
 	d.waiterJSON = waiterJSON{ID: id, Owner: strAttr(item, wire.AttrTicketOwner)}

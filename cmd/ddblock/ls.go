@@ -180,7 +180,7 @@ func cmdLs(ctx context.Context, env *environ, args []string) error {
 		if f.isSet("key") && line.PartitionKey != key {
 			// With --key NAME, a semaphore NAME's line is listed too,
 			// whose key on a partition-key-only table is NAME#slots.
-			if name, ok := client.SemaphoreNameOf(line.PartitionKey, line.SortKey); !ok || name != key {
+			if name, ok := hooks.SemaphoreNameOf(client, line.PartitionKey, line.SortKey); !ok || name != key {
 				continue
 			}
 		}
@@ -643,7 +643,7 @@ func invalidItem(err error, pk, sk string) (ipk, isk, problem string) {
 // ticket and counter; any other item is removed by release --force.
 func clearHint(client *ddblock.Client, conn *connFlags, pk, sk string, item map[string]types.AttributeValue) string {
 	_, isLock := item[wire.AttrRVN]
-	if name, ok := client.SemaphoreNameOf(pk, sk); ok && !isLock {
+	if name, ok := hooks.SemaphoreNameOf(client, pk, sk); ok && !isLock {
 		return "repair it with: ddblock resize " + cell(name) + " N"
 	}
 	if lockPK, ok := strings.CutPrefix(pk, lineKeyPrefix); ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -262,7 +263,7 @@ func releaseUnreadable(ctx context.Context, env *environ, client *ddblock.Client
 		return fail(exitNotFound, "no lock %s in table %q", lockName(key, sk), conn.table)
 	}
 	_, isLock := item[wire.AttrRVN]
-	if name, ok := client.SemaphoreNameOf(key, sk); ok && !isLock {
+	if name, ok := hooks.SemaphoreNameOf(client, key, sk); ok && !isLock {
 		return refuseMetadataRelease(ctx, env, client, conn, name, key, sk, item)
 	}
 	_, _, problem := invalidItem(err, key, sk)

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -129,7 +130,7 @@ func cmdResize(ctx context.Context, env *environ, args []string) error {
 func slotsAbove(info *ddblock.SemaphoreInfo, n int) []string {
 	var out []string
 	for _, h := range info.Holders {
-		if i, ok := info.Slot(h.PartitionKey, h.SortKey); ok && i >= n {
+		if i, ok := hooks.SemaphoreSlot(info, h.PartitionKey, h.SortKey); ok && i >= n {
 			out = append(out, fmt.Sprintf("slot %d (owner %s)", i, cell(h.OwnerName)))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // How ls, get and release show semaphores: a semaphore is one metadata
@@ -96,7 +97,7 @@ func groupSemaphores(ctx context.Context, client *ddblock.Client, conn *connFlag
 	for i, l := range locks {
 		taken := false
 		for _, e := range entries {
-			if slot, ok := e.info.Slot(l.PartitionKey, l.SortKey); ok {
+			if slot, ok := hooks.SemaphoreSlot(e.info, l.PartitionKey, l.SortKey); ok {
 				e.slots = append(e.slots, slot)
 				e.locks = append(e.locks, l)
 				e.holders = append(e.holders, holders[i])
@@ -116,7 +117,7 @@ func groupSemaphores(ctx context.Context, client *ddblock.Client, conn *connFlag
 		now := time.Now()
 		for _, e := range entries {
 			for _, l := range e.info.Holders {
-				slot, _ := e.info.Slot(l.PartitionKey, l.SortKey)
+				slot, _ := hooks.SemaphoreSlot(e.info, l.PartitionKey, l.SortKey)
 				e.slots = append(e.slots, slot)
 				e.locks = append(e.locks, l)
 				e.holders = append(e.holders, holderByStamp(l, now))
@@ -185,7 +186,7 @@ func semaphoreMetaName(client *ddblock.Client, err error, key, sortKey string) (
 	if !errors.Is(err, ddblock.CodeInvalidItem) {
 		return "", false
 	}
-	return client.SemaphoreNameOf(key, sortKey)
+	return hooks.SemaphoreNameOf(client, key, sortKey)
 }
 
 // getSemaphore is get on a semaphore's metadata item: it says so, with
@@ -198,7 +199,7 @@ func getSemaphore(ctx context.Context, env *environ, client *ddblock.Client, con
 	e := &semaphoreEntry{info: info}
 	now := time.Now()
 	for _, l := range info.Holders {
-		slot, _ := info.Slot(l.PartitionKey, l.SortKey)
+		slot, _ := hooks.SemaphoreSlot(info, l.PartitionKey, l.SortKey)
 		e.slots = append(e.slots, slot)
 		e.locks = append(e.locks, l)
 		e.holders = append(e.holders, holderByStamp(l, now))

@@ -30,6 +30,13 @@ var (
 	// AcquireSettings reads the retry period and fair waiting that a
 	// []ddblock.AcquireOption sets (zero and false when they set none).
 	AcquireSettings func(opts any) (retryPeriod time.Duration, fair bool)
+	// SemaphoreSlot is the index of the slot of a *ddblock.SemaphoreInfo
+	// whose lock item has the key (pk, sk), and whether it is one.
+	SemaphoreSlot func(info any, pk, sk string) (int, bool)
+	// SemaphoreNameOf is the name of the semaphore whose metadata item
+	// would have the key (pk, sk) on a *ddblock.Client's table, and
+	// whether the key is one of a metadata item.
+	SemaphoreNameOf func(client any, pk, sk string) (string, bool)
 	// ListLines yields every line of fair waiters in the client's table.
 	ListLines func(ctx context.Context, client any) iter.Seq2[*LineInfo, error]
 )
