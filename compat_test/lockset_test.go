@@ -28,7 +28,11 @@ func TestLockSetSeenByPython(t *testing.T) {
 			n := cfg.names(t)
 			createTable(t, ddb, n)
 			ctx := context.Background()
-			goc := newGoClient(t, ddb, n, goTiming...)
+			// A lease longer than Python's wait, and a Go wait shorter
+			// than Python's lease: each side's wait ends before it could
+			// take the other's lock over, however late the heartbeats of
+			// a busy machine are, so each must time out.
+			goc := newGoClient(t, ddb, n, ddblock.WithLeaseDuration(5*time.Second), ddblock.WithHeartbeatPeriod(500*time.Millisecond))
 			keys := []string{"warehouse-1", "warehouse-2", "ledger"}
 			if !ddbtest.Shared(t).HasTransactions() {
 				if _, err := goc.AcquireLocks(ctx, keys); !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
@@ -44,8 +48,7 @@ func TestLockSetSeenByPython(t *testing.T) {
 				t.Fatalf("AcquireLocks: %v", err)
 			}
 			// The set's items read as Python's, and Python waits for each
-			// key: its heartbeats keep it held for longer than Python's
-			// wait of twice its lease.
+			// key (a second, against the set's 5 s lease).
 			for i, k := range keys {
 				item := rawItem(t, ddb, n, k, "-")
 				pl, err := pyLockFromItem(n, item)
@@ -55,7 +58,7 @@ func TestLockSetSeenByPython(t *testing.T) {
 				if pl.OwnerName != goc.Options().OwnerName || pl.RecordVersionNumber == "" || pl.LeaseDuration != goc.Options().LeaseDuration.Seconds() {
 					t.Errorf("Python reads %s as %+v", k, pl)
 				}
-				_, err = py.acquireLock(ctx, k, pyAcquireOptions{RetryPeriod: 50 * time.Millisecond, RetryTimeout: 2 * pyTiming(n).LeaseDuration})
+				_, err = py.acquireLock(ctx, k, pyAcquireOptions{RetryPeriod: 50 * time.Millisecond, RetryTimeout: time.Second})
 				var pe *pyLockError
 				if !errors.As(err, &pe) || pe.Code != "ACQUIRE_TIMEOUT" {
 					t.Fatalf("Python's acquire of %s while the set holds it: %v; want ACQUIRE_TIMEOUT", k, err)
@@ -74,7 +77,7 @@ func TestLockSetSeenByPython(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Python's acquire of a free key: %v", err)
 			}
-			_, err = goc.AcquireLocks(ctx, keys, ddblock.WithRetryPeriod(50*time.Millisecond), ddblock.WithRetryTimeout(2*goc.Options().LeaseDuration))
+			_, err = goc.AcquireLocks(ctx, keys, ddblock.WithRetryPeriod(20*time.Millisecond), ddblock.WithRetryTimeout(pyTiming(n).LeaseDuration/2))
 			if !errors.Is(err, ddblock.CodeAcquireTimeout) {
 				t.Fatalf("AcquireLocks while Python holds %s: %v; want ACQUIRE_TIMEOUT", keys[1], err)
 			}
