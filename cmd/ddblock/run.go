@@ -63,6 +63,16 @@ item; a killed run leaves both, and waiters take the lock over after
 --lease. 'ddblock ls' and 'ddblock get' show the session; 'ddblock release
 --force --with-session KEY' removes such a lock by hand.
 
+With --key K (repeatable), the run holds KEY and each K together, all or
+none, in one DynamoDB transaction (TransactWriteItems): each an ordinary
+lock item under the same --sort-key. While it waits it holds none, and
+says who holds which. COMMAND is safe only while every lock is: the
+guard's deadline is the earliest of theirs, and one lock lost stops
+COMMAND (exit 76). A server without transactions (dynalite) is refused
+with exit 69, nothing written. A key named twice, more than 100 keys, or
+--key with --slots is exit 64; so is --fair with --key while the library
+refuses to wait in line for a set (with --wait 0, --fair is ignored).
+
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
@@ -86,6 +96,17 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_SLOT                    with --slots, the slot held (0 to N-1)
   DDBLOCK_SESSION_KEY             with --session, the session item's
                                   partition key
+With --key, the variables above are KEY's lock's, and for each key I,
+0 (KEY) to N-1 in the order given:
+  DDBLOCK_KEYS                    N, the number of keys
+  DDBLOCK_KEY_I, DDBLOCK_TENURE_I, DDBLOCK_GUARD_CHECK_I,
+  DDBLOCK_RECORD_VERSION_NUMBER_I, DDBLOCK_FENCING_TOKEN_I,
+  DDBLOCK_TAKEN_OVER_FROM_I       as above, of key I's lock
+  DDBLOCK_GUARD_CHECKS            every guard, a JSON array for
+                                  --transact-items: append the command's
+                                  own actions to it
+  DDBLOCK_ENCODED                 then names each encoded variable,
+                                  space-separated
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
 
@@ -121,7 +142,8 @@ was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
 found; 64 usage; 65 an item at KEY (or the semaphore's) that ddblock
 cannot read, which it does not wait on: the message says how to clear
 it; 69 DynamoDB unavailable (with --session, also: the
-session's heartbeats were not landing at the end of --wait); 70 internal
+session's heartbeats were not landing at the end of --wait; with --key,
+a server without transactions); 70 internal
 error (the guard died); 77 AWS refused a permission or the credentials
 (the message names the action); 78 the table's keys are not the ones configured,
 or --slots differs from the semaphore's number of slots; 128+N
