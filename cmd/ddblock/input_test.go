@@ -59,6 +59,10 @@ func TestKeysCheckedByEveryCommand(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "ddblock ls: --key ") {
 			t.Errorf("ls --key %q: want exit %d: %v", key[:min(len(key), 8)], exitUsage, r)
 		}
+		r = f.run("run", "--key", key, "k", "--", "true")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "ddblock run: --key ") {
+			t.Errorf("run --key %q: want exit %d: %v", key[:min(len(key), 8)], exitUsage, r)
+		}
 	}
 }
 

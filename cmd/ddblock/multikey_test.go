@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddblock/ddblock"
+	"github.com/ddblock/ddblock/internal/hooks"
 )
 
 // `ddblock run --key K2 --key K3 KEY -- COMMAND` holds every key for the
@@ -321,4 +322,30 @@ func TestRunSeveralKeysUsage(t *testing.T) {
 			t.Errorf("lock a written by a refused run: %+v", info)
 		}
 	})
+}
+
+// With several locks the guard is told the earliest of their safe
+// deadlines, whatever the keys' order: the command is safe only while
+// every lock is.
+func TestSupervisorSafeUntilEarliest(t *testing.T) {
+	f := newFixture(t)
+	c := f.holder("me")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var locks []*ddblock.Lock
+	for _, k := range []string{"x", "y"} {
+		l, err := c.AcquireLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	safe := time.Minute
+	want := int64(min(hooks.LastHeartbeat(locks[0]), hooks.LastHeartbeat(locks[1])) + safe)
+	for _, order := range [][]*ddblock.Lock{locks, {locks[1], locks[0]}} {
+		s := &supervisor{held: held{locks: order}, tm: timing{safe: safe}}
+		if got := s.safeUntil(); got != want {
+			t.Errorf("safeUntil of %s, %s = %d, want the earliest, %d", order[0].PartitionKey(), order[1].PartitionKey(), got, want)
+		}
+	}
 }

@@ -51,7 +51,11 @@ func (r *runner) supervise(h held, path string, command []string, tm timing) err
 	env, err := r.commandEnv(h)
 	if err != nil {
 		r.release(h, false)
-		return fail(exitInternal, "cannot write the guard of %s for the command: %v", r.subject(), err)
+		what := "lock " + lockName(r.key, r.sortKey)
+		if r.multi() {
+			what = r.subject()
+		}
+		return fail(exitInternal, "cannot write the guard of %s for the command: %v", what, err)
 	}
 	if r.sem != nil {
 		// From here on, messages name the slot's own lock.
