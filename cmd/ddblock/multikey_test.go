@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -348,4 +349,53 @@ func TestSupervisorSafeUntilEarliest(t *testing.T) {
 			t.Errorf("safeUntil of %s, %s = %d, want the earliest, %d", order[0].PartitionKey(), order[1].PartitionKey(), got, want)
 		}
 	}
+}
+
+// ddblock holding two keys is stopped past the lease while B waits for
+// the second key: the guard stops A's command when the safe period runs
+// out, B takes the key once the lease has passed, and A's command wrote
+// its last line before B's first. On SIGCONT, A exits 76.
+func TestRunSeveralKeysDdblockStopped(t *testing.T) {
+	needServer(t)
+	if !server.HasTransactions() {
+		t.Skip(server.Name() + " has no transactions (TestRunSeveralKeys checks the refusal)")
+	}
+	f := newFixture(t)
+	lines := writerFile(t)
+	a := f.start("run", append(append(slices.Clone(timingFlags), "--owner", "owner-A", "--key", "job-2", "job", "--"),
+		writerCommand(t, "A", lines, writerEvery, 0)...)...)
+	a.eventuallyWhileRunning("A's command to write", func() bool { return len(linesOf(readWriterLines(t, lines), "A")) > 0 })
+	first := linesOf(readWriterLines(t, lines), "A")[0]
+	t.Cleanup(func() {
+		for _, pid := range []int{first.pid, first.ppid} {
+			if !processGone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	b := f.start("run", append([]string{"--lease", "10s", "--heartbeat", "1s", "--owner", "owner-B", "--wait", "30s", "job-2", "--"},
+		writerCommand(t, "B", lines, writerEvery, 10)...)...)
+	b.eventuallyWhileRunning("B to wait for A", func() bool { return strings.Contains(b.stderr.String(), "is held by owner-A") })
+
+	a.signal(syscall.SIGSTOP)
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	if rb := b.wait(); rb.code != 0 || !strings.Contains(rb.stderr, "acquired lock") {
+		t.Fatalf("B did not run after A's lease passed: %v", rb)
+	}
+	if !processGone(first.pid) {
+		t.Error("A's command still runs after B ran")
+	}
+	a.signal(syscall.SIGCONT)
+	stopped = false
+	ra := a.wait()
+	if ra.code != exitLockLost || !strings.Contains(ra.stderr, `locks "job"/"-", "job-2"/"-" not renewed within the safe period`) {
+		t.Errorf("A after SIGCONT: want exit %d saying the locks were not renewed: %v", exitLockLost, ra)
+	}
+	exclusive(t, readWriterLines(t, lines))
 }
