@@ -276,6 +276,10 @@ func libError(err error, table string) error {
 		// The table exists, but not as configured; or a semaphore has
 		// another number of slots than the one given.
 		return fail(exitConfig, "%v", err)
+	case ddblock.CodeTransactionsUnsupported:
+		// The server cannot do what was asked (dynalite has no
+		// transactions); nothing was written.
+		return fail(exitUnavailable, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)
 	case ddblock.CodeAcquireTimeout:

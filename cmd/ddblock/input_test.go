@@ -59,6 +59,10 @@ func TestKeysCheckedByEveryCommand(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "ddblock ls: --key ") {
 			t.Errorf("ls --key %q: want exit %d: %v", key[:min(len(key), 8)], exitUsage, r)
 		}
+		r = f.run("run", "--key", key, "k", "--", "true")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "ddblock run: --key ") {
+			t.Errorf("run --key %q: want exit %d: %v", key[:min(len(key), 8)], exitUsage, r)
+		}
 	}
 }
 
@@ -146,7 +150,8 @@ func TestExitStatusesDocumented(t *testing.T) {
 	}
 	for _, v := range []string{"DDBLOCK_KEY", "DDBLOCK_SORT_KEY", "DDBLOCK_OWNER", "DDBLOCK_TABLE",
 		"DDBLOCK_RECORD_VERSION_NUMBER", "DDBLOCK_FENCING_TOKEN", "DDBLOCK_TAKEN_OVER_FROM", "DDBLOCK_SLOT",
-		"DDBLOCK_SESSION_KEY", "DDBLOCK_PARTITION_KEY_NAME", "DDBLOCK_SORT_KEY_NAME", "DDBLOCK_TENURE", "DDBLOCK_GUARD_CHECK", "DDBLOCK_ENCODED"} {
+		"DDBLOCK_SESSION_KEY", "DDBLOCK_PARTITION_KEY_NAME", "DDBLOCK_SORT_KEY_NAME", "DDBLOCK_TENURE", "DDBLOCK_GUARD_CHECK", "DDBLOCK_ENCODED",
+		"DDBLOCK_KEYS", "DDBLOCK_KEY_I", "DDBLOCK_TENURE_I", "DDBLOCK_GUARD_CHECK_I", "DDBLOCK_GUARD_CHECKS"} {
 		if !strings.Contains(run, v) {
 			t.Errorf("ddblock run --help does not list %s", v)
 		}

@@ -224,7 +224,8 @@ AWS_ENDPOINT_URL_DYNAMODB point at a local server.
 Exit statuses: 0 success; 1 no such lock (or line); 64 usage (bad flags
 or arguments); 65 an item at the key that ddblock cannot read (another
 client wrote it; the message says how to clear it); 69 DynamoDB
-unavailable (table missing, server unreachable); 70 internal error; 73
+unavailable (table missing, server unreachable, no transactions for run
+--key); 70 internal error; 73
 create-table: the table exists already; 75 lock busy (not acquired
 within --wait, or changed before release could remove it,
 or attached to a live session: see release --help; or resize's holders

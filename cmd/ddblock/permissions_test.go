@@ -27,8 +27,9 @@ import (
 // Everything a flow prepares (holders, sessions, waiters in line) talks
 // to the server directly, so that the proxy counts the commands alone.
 // Every request of a command is on the table it is given, the page's
-// TABLE: the commands send no transaction, whose actions could name
-// other tables (the test fails if one does).
+// TABLE. A TransactWriteItems (run with several keys) has no IAM action
+// of its own: each of its actions counts as the call it stands for, on
+// its table, which must be the lock table (the test fails otherwise).
 
 // cliPermUse is one command, or a group of commands with one policy,
 // and the flows that run them on a fixture of their own.
@@ -84,18 +85,29 @@ func TestPermissionsCLI(t *testing.T) {
 			if t.Failed() {
 				return
 			}
-			permCheckCLI(t, policy, proxy.Counts())
+			permCheckCLI(t, policy, proxy.Counts(), f.table)
 		})
 	}
 }
 
 // permCheckCLI compares the operations the proxy counted with what the
 // policy allows on the lock table.
-func permCheckCLI(t *testing.T, p *permdoc.Policy, c faultproxy.Counts) {
+func permCheckCLI(t *testing.T, p *permdoc.Policy, c faultproxy.Counts, table string) {
 	t.Helper()
-	t.Logf("policy %q: operations sent: %v", p.Name, c.ByOp)
+	t.Logf("policy %q: operations sent: %v; in transactions: %v", p.Name, c.ByOp, c.TransactActions)
 	var sent []permdoc.Grant
+	for action := range c.TransactActions {
+		call, on, _ := strings.Cut(action, " ")
+		if on != table {
+			t.Errorf("the command sent a transaction whose action %s is on table %q, not the lock table", call, on)
+			continue
+		}
+		sent = append(sent, permdoc.Grant{Action: "dynamodb:" + call, Resource: permdoc.TableARN("TABLE")})
+	}
 	for op := range c.ByOp {
+		if op == "TransactWriteItems" {
+			continue // its actions, above
+		}
 		if op == "" || strings.HasPrefix(op, "Transact") || strings.HasPrefix(op, "Batch") {
 			t.Errorf("the command sent %d requests of operation %q, whose actions and tables the proxy cannot tell", c.ByOp[op], op)
 			continue
@@ -196,6 +208,14 @@ func permRun(t *testing.T, f *fixture, sent func(string) int64) {
 	for _, flags := range [][]string{{"--fencing-token"}, {"--session"}, {"--max-clock-skew", "1s"}} {
 		permWantExit(t, "run "+strings.Join(flags, " "), f.run("run", permRunArgs(append(flags, "opt", "--", "true")...)...), 0)
 	}
+
+	// Several keys: one transaction of puts on the lock table (refused by
+	// a server without transactions, after the same reads).
+	want := 0
+	if !server.HasTransactions() {
+		want = exitUnavailable
+	}
+	permWantExit(t, "run --key", f.run("run", permRunArgs("--key", "set-b", "set-a", "--", "true")...), want)
 
 	held = f.acquire("holder", "fair")
 	var waiters []*proc

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,16 @@ item; a killed run leaves both, and waiters take the lock over after
 --lease. 'ddblock ls' and 'ddblock get' show the session; 'ddblock release
 --force --with-session KEY' removes such a lock by hand.
 
+With --key K (repeatable), the run holds KEY and each K together, all or
+none, in one DynamoDB transaction (TransactWriteItems): each an ordinary
+lock item under the same --sort-key. While it waits it holds none, and
+says who holds which. COMMAND is safe only while every lock is: the
+guard's deadline is the earliest of theirs, and one lock lost stops
+COMMAND (exit 76). A server without transactions (dynalite) is refused
+with exit 69, nothing written. A key named twice, more than 100 keys, or
+--key with --slots is exit 64; so is --fair with --key while the library
+refuses to wait in line for a set (with --wait 0, --fair is ignored).
+
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
   DDBLOCK_OWNER                   the owner name written in the lock
@@ -85,6 +96,17 @@ COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_SLOT                    with --slots, the slot held (0 to N-1)
   DDBLOCK_SESSION_KEY             with --session, the session item's
                                   partition key
+With --key, the variables above are KEY's lock's, and for each key I,
+0 (KEY) to N-1 in the order given:
+  DDBLOCK_KEYS                    N, the number of keys
+  DDBLOCK_KEY_I, DDBLOCK_TENURE_I, DDBLOCK_GUARD_CHECK_I,
+  DDBLOCK_RECORD_VERSION_NUMBER_I, DDBLOCK_FENCING_TOKEN_I,
+  DDBLOCK_TAKEN_OVER_FROM_I       as above, of key I's lock
+  DDBLOCK_GUARD_CHECKS            every guard, a JSON array for
+                                  --transact-items: append the command's
+                                  own actions to it
+  DDBLOCK_ENCODED                 then names each encoded variable,
+                                  space-separated
 SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to ddblock are
 passed to COMMAND's process group.
 
@@ -120,7 +142,8 @@ was lost while COMMAND ran; 126 COMMAND cannot be run; 127 COMMAND was not
 found; 64 usage; 65 an item at KEY (or the semaphore's) that ddblock
 cannot read, which it does not wait on: the message says how to clear
 it; 69 DynamoDB unavailable (with --session, also: the
-session's heartbeats were not landing at the end of --wait); 70 internal
+session's heartbeats were not landing at the end of --wait; with --key,
+a server without transactions); 70 internal
 error (the guard died); 77 AWS refused a permission or the credentials
 (the message names the action); 78 the table's keys are not the ones configured,
 or --slots differs from the semaphore's number of slots; 128+N
@@ -196,6 +219,29 @@ type runner struct {
 	sem   *ddblock.Semaphore
 	// fair: wait in the key's line of fair waiters.
 	fair bool
+	// keys are every key the run holds, KEY first: more than one with
+	// --key, taken together, all or none (Client.AcquireLocks).
+	keys []string
+}
+
+// held is what a run holds: one lock, or with several keys the set taken
+// together.
+type held struct {
+	locks []*ddblock.Lock  // in the keys' order
+	set   *ddblock.LockSet // with several keys: the set the locks came in
+}
+
+// multi reports whether the run holds several keys together.
+func (r *runner) multi() bool { return len(r.keys) > 1 }
+
+// keysFlag collects repeated --key flags.
+type keysFlag []string
+
+func (k *keysFlag) String() string { return strings.Join(*k, " ") }
+
+func (k *keysFlag) Set(s string) error {
+	*k = append(*k, s)
+	return nil
 }
 
 func cmdRun(ctx context.Context, env *environ, args []string) error {
@@ -208,6 +254,7 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		fair                          bool
 		maxSkew                       time.Duration
 		attrs                         = attrFlag{}
+		moreKeys                      keysFlag
 	)
 	f := newFlags(env, "run", "run [flags] KEY [--] COMMAND [ARG...]", runAbout)
 	r.conn.register(f)
@@ -223,12 +270,14 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 	f.Var(attrs, "attr", "additional attribute `NAME=VALUE` stored with the lock, as a string (repeatable)")
 	f.BoolVar(&session, "session", false, "attach the lock to a session item of its own and heartbeat that\ninstead of the lock (see above)")
 	f.BoolVar(&fair, "fair", false, "wait in line: among runs (and library clients) that wait fairly for KEY,\nthe lock (or a slot) goes to the one that came first (see above)")
+	f.Var(&moreKeys, "key", "another `KEY` to hold with the first, all or none (repeatable; see above)")
 	f.IntVar(&r.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY: at most N commands at once\n(0: KEY is a plain lock)")
 	pos, command, err := f.parse(args, 1, true, "KEY")
 	if err != nil {
 		return err
 	}
 	r.key = pos[0]
+	r.keys = append([]string{r.key}, moreKeys...)
 	if len(command) == 0 {
 		return usageError("missing COMMAND (see ddblock run --help)")
 	}
@@ -244,6 +293,9 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		}
 	}
 	if r.sortKey, err = r.conn.lockKey(r.key, r.sortKey); err != nil {
+		return err
+	}
+	if err := r.checkKeys(); err != nil {
 		return err
 	}
 	if err := nonNegative("wait", r.wait); err != nil {
@@ -330,35 +382,58 @@ func cmdRun(ctx context.Context, env *environ, args []string) error {
 		}
 	}
 
-	lock, err := r.acquire(ctx)
+	h, err := r.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	return r.supervise(lock, path, command, tm)
+	return r.supervise(h, path, command, tm)
+}
+
+// checkKeys refuses, before anything is sent, the keys given with --key
+// that cannot be held with KEY. How many keys one run may hold is the
+// library's limit: it refuses more (exit 64) before any call.
+func (r *runner) checkKeys() error {
+	if !r.multi() {
+		return nil
+	}
+	if r.slots > 0 {
+		return usageError("--key does not apply with --slots: a run holds one slot of one semaphore")
+	}
+	seen := map[string]bool{}
+	for _, k := range r.keys {
+		if err := checkKeyValue("--key", k, maxPartitionKeyBytes); err != nil {
+			return err
+		}
+		if seen[k] {
+			return usageError("key %s is named twice", strconv.Quote(k))
+		}
+		seen[k] = true
+	}
+	return nil
 }
 
 // acquire waits for the lock; a forwarded signal ends the wait.
-func (r *runner) acquire(ctx context.Context) (*ddblock.Lock, error) {
+func (r *runner) acquire(ctx context.Context) (held, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		lock *ddblock.Lock
-		err  error
+		h   held
+		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := r.waitForLock(ctx)
-		done <- result{l, err}
+		h, err := r.waitForLock(ctx)
+		done <- result{h, err}
 	}()
 	select {
 	case res := <-done:
-		return res.lock, res.err
+		return res.h, res.err
 	case sig := <-r.sigs:
 		cancel()
-		if res := <-done; res.lock != nil {
-			r.release(res.lock, false)
+		if res := <-done; res.h.locks != nil {
+			r.release(res.h, false)
 		}
-		return nil, fail(signalStatus(sig), "interrupted by %v while waiting for lock %s", sig, r.name())
+		return held{}, fail(signalStatus(sig), "interrupted by %v while waiting for %s", sig, r.subject())
 	}
 }
 
@@ -382,23 +457,37 @@ func (r *runner) inLine(ctx context.Context) (int, error) {
 
 // waitForLock tries once; if the lock is held, it says by whom and waits
 // for it up to --wait.
-func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
+func (r *runner) waitForLock(ctx context.Context) (held, error) {
 	start := time.Now()
-	take := func(wait time.Duration, inLine bool) (*ddblock.Lock, error) {
+	take := func(wait time.Duration, inLine bool) (held, error) {
 		opts := []ddblock.AcquireOption{ddblock.WithRetryTimeout(wait), ddblock.WithAdditionalAttributes(r.attrs)}
 		if inLine {
 			opts = append(opts, ddblock.WithFairWaiting())
 		}
-		if r.sem != nil {
-			return r.sem.Acquire(ctx, opts...)
+		var lock *ddblock.Lock
+		var err error
+		switch {
+		case r.multi():
+			set, err := r.client.AcquireLocks(ctx, r.keys, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
+			if err != nil {
+				return held{}, err
+			}
+			return held{locks: set.Locks(), set: set}, nil
+		case r.sem != nil:
+			lock, err = r.sem.Acquire(ctx, opts...)
+		default:
+			lock, err = r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
 		}
-		return r.client.AcquireLock(ctx, r.key, append(opts, ddblock.WithSortKeyValue(r.sortKey))...)
+		if err != nil {
+			return held{}, err
+		}
+		return held{locks: []*ddblock.Lock{lock}}, nil
 	}
-	name := r.name()
-	var lock *ddblock.Lock
+	what := r.subject()
+	var h held
 	var err error
 	waiting := 0
-	if r.wait > 0 {
+	if r.wait > 0 && !r.multi() {
 		// With --wait 0 the line is not read: the one try below waits
 		// for nothing, so it takes no place in line, as the library's
 		// TryAcquireLock; tickets of waiters that died cannot refuse
@@ -407,48 +496,56 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 			waiting = n
 		}
 	}
-	if waiting > 0 {
-		// Others wait in line: a first try would only take a place and
-		// give it up again, or take the lock ahead of them.
-		err = &ddblock.Error{Code: ddblock.CodeAcquireTimeout, Message: fmt.Sprintf("%d wait in line", waiting)}
-	} else {
-		// Nobody waits in line: one plain try, out of line. A fair try
-		// would come into the line and leave it when it fails; a run
-		// that came in between would then stand ahead of this one when
-		// it comes back to wait.
-		lock, err = take(0, false)
-	}
 	holder := "someone else"
-	switch {
-	case err == nil:
-		return lock, nil
-	case errors.Is(err, ddblock.CodeAcquireTimeout):
-		h, herr := r.holder(ctx)
+	if r.multi() && r.fair && r.wait > 0 {
+		// Several keys wait in line from the start, if the library lets
+		// a set wait in line (if not, it refuses before any call): a
+		// plain first try would take the keys out of line.
+		holder = ""
+	} else {
 		switch {
-		case herr == nil:
-			holder = h
-		case ddblock.CodeOf(herr) != ddblock.CodeUnknown:
-			return nil, r.acquireError(herr)
+		case waiting > 0:
+			// Others wait in line: a first try would only take a place and
+			// give it up again, or take the lock ahead of them.
+			err = &ddblock.Error{Code: ddblock.CodeAcquireTimeout, Message: fmt.Sprintf("%d wait in line", waiting)}
+		default:
+			// Nobody waits in line: one plain try, out of line. A fair try
+			// would come into the line and leave it when it fails; a run
+			// that came in between would then stand ahead of this one when
+			// it comes back to wait.
+			h, err = take(0, false)
 		}
-		if r.wait == 0 {
-			return nil, fail(exitBusy, "lock %s is held by %s; not waiting (--wait 0)", name, holder)
+		switch {
+		case err == nil:
+			return h, nil
+		case errors.Is(err, ddblock.CodeAcquireTimeout):
+			hd, herr := r.holder(ctx)
+			switch {
+			case herr == nil:
+				holder = hd
+			case ddblock.CodeOf(herr) != ddblock.CodeUnknown:
+				return held{}, r.acquireError(herr)
+			}
+			if r.wait == 0 {
+				return held{}, fail(exitBusy, "%s; not waiting (--wait 0)", r.heldBy(holder))
+			}
+			if holder == heldByNobody && waiting == 0 {
+				// The try ran out of time on a call that did not answer.
+				fmt.Fprintf(r.env.stderr, "ddblock run: could not take %s yet (%s); trying again for up to %v\n",
+					what, oneLine(trimmed{err}.Error()), r.wait)
+				break
+			}
+			fmt.Fprintf(r.env.stderr, "ddblock run: %s; waiting up to %v\n", r.heldBy(holder), r.wait)
+		case transientAcquireError(err) && r.wait > 0:
+			// A DynamoDB call failed (unreachable, throttled, a server
+			// error), or the session's heartbeats have not landed lately:
+			// that may pass, and the library retries such failures within
+			// the wait.
+			fmt.Fprintf(r.env.stderr, "ddblock run: could not take %s yet (%s); trying again for up to %v\n",
+				what, oneLine(trimmed{err}.Error()), r.wait)
+		default:
+			return held{}, r.acquireError(err)
 		}
-		if holder == heldByNobody && waiting == 0 {
-			// The try ran out of time on a call that did not answer.
-			fmt.Fprintf(r.env.stderr, "ddblock run: could not take lock %s yet (%s); trying again for up to %v\n",
-				name, oneLine(trimmed{err}.Error()), r.wait)
-			break
-		}
-		fmt.Fprintf(r.env.stderr, "ddblock run: lock %s is held by %s; waiting up to %v\n", name, holder, r.wait)
-	case transientAcquireError(err) && r.wait > 0:
-		// A DynamoDB call failed (unreachable, throttled, a server
-		// error), or the session's heartbeats have not landed lately:
-		// that may pass, and the library retries such failures within
-		// the wait.
-		fmt.Fprintf(r.env.stderr, "ddblock run: could not take lock %s yet (%s); trying again for up to %v\n",
-			name, oneLine(trimmed{err}.Error()), r.wait)
-	default:
-		return nil, r.acquireError(err)
 	}
 
 	reportCtx, stopReports := context.WithCancel(ctx)
@@ -457,12 +554,12 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		defer close(reported)
 		r.reportHolders(reportCtx, holder, start)
 	}()
-	lock, err = take(max(r.wait-time.Since(start), 0), r.fair)
+	h, err = take(max(r.wait-time.Since(start), 0), r.fair)
 	stopReports()
 	<-reported
 	if err == nil {
-		fmt.Fprintf(r.env.stderr, "ddblock run: acquired lock %s after %v\n", name, time.Since(start).Round(time.Millisecond))
-		return lock, nil
+		fmt.Fprintf(r.env.stderr, "ddblock run: acquired %s after %v\n", what, time.Since(start).Round(time.Millisecond))
+		return h, nil
 	}
 	if errors.Is(err, ddblock.CodeAcquireTimeout) {
 		holder, herr := r.holder(context.WithoutCancel(ctx))
@@ -472,17 +569,51 @@ func (r *runner) waitForLock(ctx context.Context) (*ddblock.Lock, error) {
 		case holder == heldByNobody:
 			// Free at the end: say why the wait failed (calls that
 			// did not answer in time, say), not only who holds it.
-			return nil, fail(exitBusy, "lock %s not acquired within %v (%s); it is held by %s", name, r.wait, oneLine(trimmed{err}.Error()), holder)
+			they := "it is"
+			if r.multi() {
+				they = "they are"
+			}
+			return held{}, fail(exitBusy, "%s not acquired within %v (%s); %s held by %s", what, r.wait, oneLine(trimmed{err}.Error()), they, holder)
 		}
-		return nil, fail(exitBusy, "lock %s not acquired within %v: held by %s", name, r.wait, holder)
+		if r.multi() {
+			return held{}, fail(exitBusy, "%s not acquired within %v: %s", what, r.wait, holder)
+		}
+		return held{}, fail(exitBusy, "%s not acquired within %v: held by %s", what, r.wait, holder)
 	}
-	return nil, r.acquireError(err)
+	return held{}, r.acquireError(err)
+}
+
+// subject is what messages call what the run takes: "lock" and its name,
+// or with several keys "locks" and theirs.
+func (r *runner) subject() string {
+	if r.multi() {
+		return "locks " + r.name()
+	}
+	return "lock " + r.name()
+}
+
+// heldBy says that what the run takes is held, holder as holder says it.
+func (r *runner) heldBy(holder string) string {
+	if r.multi() && holder != heldByNobody {
+		return fmt.Sprintf("%s are not all free: %s", r.subject(), holder)
+	}
+	if r.multi() {
+		return fmt.Sprintf("%s are held by %s", r.subject(), holder)
+	}
+	return fmt.Sprintf("%s is held by %s", r.subject(), holder)
 }
 
 // name is what messages call the lock: the key, or the semaphore. The
 // number of slots is not named: after a resize (ddblock resize) the
 // number in force is the table's, not --slots.
 func (r *runner) name() string {
+	if r.multi() {
+		names := make([]string, len(r.keys))
+		for i, k := range r.keys {
+			names[i] = lockName(k, r.sortKey)
+		}
+		return strings.Join(names, ", ")
+	}
 	if r.sem != nil {
 		return fmt.Sprintf("semaphore %s", strconv.Quote(r.key))
 	}
@@ -492,8 +623,26 @@ func (r *runner) name() string {
 // heldByNobody is what holder says of a free lock.
 const heldByNobody = "nobody now"
 
-// holder describes who holds the lock now.
+// holder describes who holds the lock now; with several keys, who holds
+// each key that is held.
 func (r *runner) holder(ctx context.Context) (string, error) {
+	if r.multi() {
+		var held []string
+		for _, k := range r.keys {
+			info, err := r.client.GetLock(ctx, k, r.sortKey)
+			if errors.Is(err, ddblock.CodeLockNotFound) {
+				continue
+			}
+			if err != nil {
+				return "", err
+			}
+			held = append(held, lockName(k, r.sortKey)+" is held by "+describe(info))
+		}
+		if len(held) == 0 {
+			return heldByNobody, nil
+		}
+		return strings.Join(held, ", "), nil
+	}
 	if r.sem != nil {
 		held, err := r.sem.Holders(ctx)
 		if err != nil {
@@ -537,6 +686,11 @@ func (r *runner) reportHolders(ctx context.Context, last string, start time.Time
 			continue
 		}
 		last = now
+		if r.multi() {
+			fmt.Fprintf(r.env.stderr, "ddblock run: still waiting after %v; %s, now: %s\n",
+				time.Since(start).Round(time.Second), r.subject(), now)
+			continue
+		}
 		fmt.Fprintf(r.env.stderr, "ddblock run: still waiting after %v; lock %s is now held by %s\n",
 			time.Since(start).Round(time.Second), r.name(), now)
 	}
@@ -552,13 +706,20 @@ func (r *runner) acquireError(err error) error {
 		// waiting cannot help; the operator can clear it.
 		pk, sk := r.key, r.sortKey
 		subject := "cannot take " + r.name()
-		if r.sem != nil {
+		if r.multi() {
+			// The error names the key of the item.
+			pk, sk, _ = invalidItem(err, pk, sk)
+			subject = "lock " + lockName(pk, sk) + " is not free"
+		} else if r.sem != nil {
 			pk, sk = metadataKey(&r.conn, r.key)
 			subject = "cannot take a slot of " + r.name()
 		} else if ipk, isk, _ := invalidItem(err, pk, sk); ipk == pk && isk == sk {
 			subject = "lock " + r.name() + " is not free"
 		}
 		return unreadableError(r.client, &r.conn, subject, err, pk, sk)
+	}
+	if ddblock.CodeOf(err) == ddblock.CodeTransactionsUnsupported {
+		return fail(exitUnavailable, "cannot take %s: several keys are taken in one DynamoDB transaction, and this server has none (TransactWriteItems); nothing was written", r.subject())
 	}
 	return libError(err, r.conn.table)
 }
@@ -572,9 +733,64 @@ func (r *runner) sortKeyName() string {
 	return r.conn.skName
 }
 
-// commandEnv is the command's environment: ddblock's own, and the lock.
-func (r *runner) commandEnv(lock *ddblock.Lock) ([]string, error) {
-	env := append(os.Environ(),
+// commandEnv is the command's environment: ddblock's own, and the lock;
+// with several keys, the first lock as for one, and every lock indexed.
+func (r *runner) commandEnv(h held) ([]string, error) {
+	env, err := r.lockEnv(os.Environ(), h.locks[0])
+	if err != nil || !r.multi() {
+		return env, err
+	}
+	env = append(env, "DDBLOCK_KEYS="+strconv.Itoa(len(h.locks)))
+	checks := make([]string, 0, len(h.locks))
+	var encoded []string
+	for i, lock := range h.locks {
+		n := "_" + strconv.Itoa(i)
+		env = append(env,
+			"DDBLOCK_KEY"+n+"="+lock.PartitionKey(),
+			"DDBLOCK_RECORD_VERSION_NUMBER"+n+"="+lock.RecordVersionNumber(),
+			"DDBLOCK_TENURE"+n+"="+lock.Tenure(),
+		)
+		if guard, err := lock.Guard(); err == nil {
+			check, err := cliTransactItem(guard)
+			if err != nil {
+				return nil, err
+			}
+			env = append(env, "DDBLOCK_GUARD_CHECK"+n+"="+check)
+			checks = append(checks, check)
+		}
+		if token := lock.FencingToken(); token > 0 {
+			env = append(env, "DDBLOCK_FENCING_TOKEN"+n+"="+strconv.FormatInt(token, 10))
+		}
+		if prev := lock.TakenOverFrom(); prev != nil {
+			value, enc := envValue(prev.OwnerName)
+			env = append(env, "DDBLOCK_TAKEN_OVER_FROM"+n+"="+value)
+			if enc {
+				encoded = append(encoded, "DDBLOCK_TAKEN_OVER_FROM"+n)
+			}
+		}
+	}
+	if len(checks) == len(h.locks) {
+		// Every guard, ready for --transact-items with the command's own
+		// actions appended; a lock lost already leaves it out.
+		env = append(env, "DDBLOCK_GUARD_CHECKS=["+strings.Join(checks, ",")+"]")
+	}
+	if len(encoded) > 0 {
+		// The first lock's own, if any, stays in DDBLOCK_ENCODED too.
+		for i, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "DDBLOCK_ENCODED="); ok {
+				encoded = append([]string{v}, encoded...)
+				env = slices.Delete(env, i, i+1)
+				break
+			}
+		}
+		env = append(env, "DDBLOCK_ENCODED="+strings.Join(encoded, " "))
+	}
+	return env, nil
+}
+
+// lockEnv adds one lock's variables to env.
+func (r *runner) lockEnv(env []string, lock *ddblock.Lock) ([]string, error) {
+	env = append(env,
 		"DDBLOCK_KEY="+lock.PartitionKey(),
 		"DDBLOCK_SORT_KEY="+lock.SortKey(),
 		"DDBLOCK_OWNER="+lock.OwnerName(),
@@ -628,12 +844,13 @@ func envValue(v string) (string, bool) {
 }
 
 // transientAcquireError reports whether a failed first try may succeed
-// later without anyone releasing the lock: a DynamoDB call failed, or
-// the run's own session (--session) is in danger, which the library
-// retries within the wait like a failed call.
+// later without anyone releasing the lock: a DynamoDB call failed, the
+// run's own session (--session) is in danger, which the library retries
+// within the wait like a failed call, or other writes kept changing the
+// items of a set of keys while it was put.
 func transientAcquireError(err error) bool {
 	switch ddblock.CodeOf(err) {
-	case ddblock.CodeUnknown, ddblock.CodeLockInDanger:
+	case ddblock.CodeUnknown, ddblock.CodeLockInDanger, ddblock.CodeTransactionConflict:
 		return true
 	}
 	return false
@@ -643,17 +860,26 @@ func isLost(err error) bool {
 	return errors.Is(err, ddblock.CodeLockStolen) || errors.Is(err, ddblock.CodeLockInDanger)
 }
 
-// release gives the lock back; quiet when the lock is known to be lost.
-// A lost lock's release is only a courtesy (it frees an item that is
-// still ours at once), so it gets no longer than a lease.
-func (r *runner) release(lock *ddblock.Lock, lost bool) {
+// release gives the lock back (every lock of a set, at once); quiet
+// when a lock is known to be lost. A lost lock's release is only a
+// courtesy (it frees an item that is still ours at once), so it gets no
+// longer than a lease.
+func (r *runner) release(h held, lost bool) {
 	timeout := releaseTimeout
 	if lost {
 		timeout = min(timeout, r.lease)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := lock.Release(ctx, ddblock.WithBestEffort(false))
+	if h.set != nil {
+		err := h.set.Release(ctx, ddblock.WithBestEffort(false))
+		if err != nil && !lost {
+			fmt.Fprintf(r.env.stderr, "ddblock run: could not release every lock of %s; those left expire after their lease: %s\n",
+				r.name(), oneLine(err.Error()))
+		}
+		return
+	}
+	err := h.locks[0].Release(ctx, ddblock.WithBestEffort(false))
 	if err != nil && !lost {
 		fmt.Fprintf(r.env.stderr, "ddblock run: could not release lock %s; it expires after its lease: %s\n",
 			lockName(r.key, r.sortKey), oneLine(err.Error()))

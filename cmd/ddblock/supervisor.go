@@ -10,6 +10,7 @@ package main
 // ddblock's exit.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -25,16 +26,18 @@ import (
 // watch and exit uses it.
 type supervisor struct {
 	r       *runner
-	lock    *ddblock.Lock
+	held    held
 	g       *guardProc
 	tm      timing
 	name    string   // the lock, for messages
+	subject string   // "lock" and name; with several keys, "locks" and theirs
 	command []string // the command's argv, for messages
 
 	// What has happened so far.
 	pgid         int         // the command's process group, once started
 	status       int         // the command's exit status, once it ended; -1 before
 	lost         error       // the lock's error, once the library gave it up
+	lostName     string      // the lock lost, for messages
 	notRenewed   bool        // the guard stopped the command at its deadline
 	notStarted   bool        // the guard did not start the command
 	startFailure string      // why the guard could not start the command: "<status> <msg>"
@@ -44,17 +47,25 @@ type supervisor struct {
 
 // supervise runs the command under the lock, through the guard, and
 // returns ddblock's exit.
-func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm timing) error {
-	env, err := r.commandEnv(lock)
+func (r *runner) supervise(h held, path string, command []string, tm timing) error {
+	env, err := r.commandEnv(h)
 	if err != nil {
-		r.release(lock, false)
-		return fail(exitInternal, "cannot write the guard of lock %s for the command: %v", lockName(r.key, r.sortKey), err)
+		r.release(h, false)
+		what := "lock " + lockName(r.key, r.sortKey)
+		if r.multi() {
+			what = r.subject()
+		}
+		return fail(exitInternal, "cannot write the guard of %s for the command: %v", what, err)
 	}
 	if r.sem != nil {
 		// From here on, messages name the slot's own lock.
-		r.key, r.sortKey = lock.PartitionKey(), lock.SortKey()
+		r.key, r.sortKey = h.locks[0].PartitionKey(), h.locks[0].SortKey()
 	}
-	s := &supervisor{r: r, lock: lock, tm: tm, name: lockName(r.key, r.sortKey), command: command, status: -1}
+	s := &supervisor{r: r, held: h, tm: tm, name: r.name(), subject: r.subject(), command: command, status: -1}
+	if r.sem != nil {
+		s.name = lockName(r.key, r.sortKey)
+		s.subject = "lock " + s.name
+	}
 	g, err := startGuard(guardSpec{
 		self: r.env.self, path: path, argv: command, env: env,
 		grace: tm.grace, deadline: s.safeUntil(),
@@ -65,7 +76,7 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 		stdin:     r.env.stdin, stdout: r.env.stdout, stderr: r.env.childStderr,
 	})
 	if err != nil {
-		r.release(lock, false)
+		r.release(h, false)
 		return fail(exitInternal, "cannot start the guard process (%s): %v", r.env.self, err)
 	}
 	defer g.close()
@@ -76,8 +87,49 @@ func (r *runner) supervise(lock *ddblock.Lock, path string, command []string, tm
 
 // safeUntil is when the lock stops being safe: its last successful
 // write's send time plus the safe period, the library's own rule for
-// danger, on the clock the guard reads too.
-func (s *supervisor) safeUntil() int64 { return int64(hooks.LastHeartbeat(s.lock) + s.tm.safe) }
+// danger, on the clock the guard reads too. With several locks, the
+// command is safe only while every lock is: the earliest of theirs.
+func (s *supervisor) safeUntil() int64 {
+	last := hooks.LastHeartbeat(s.held.locks[0])
+	for _, l := range s.held.locks[1:] {
+		last = min(last, hooks.LastHeartbeat(l))
+	}
+	return int64(last + s.tm.safe)
+}
+
+// done is closed when the lock is given up; with several locks, when
+// any of them is. Call stop when done with it.
+func (s *supervisor) done() (done <-chan struct{}, stop func()) {
+	if s.held.set == nil {
+		return s.held.locks[0].Done(), func() {}
+	}
+	ctx, cancel := s.held.set.Context(context.Background())
+	return ctx.Done(), cancel
+}
+
+// lockErr is the name and the error of the lock given up (the first of
+// the set that was lost, if any was); a nil error while every lock is
+// held.
+func (s *supervisor) lockErr() (string, error) {
+	if s.held.set == nil {
+		return s.name, s.held.locks[0].Err()
+	}
+	var first error
+	var name string
+	for _, l := range s.held.locks {
+		err := l.Err()
+		if err == nil {
+			continue
+		}
+		if isLost(err) {
+			return lockName(l.PartitionKey(), l.SortKey()), err
+		}
+		if first == nil {
+			first, name = err, lockName(l.PartitionKey(), l.SortKey())
+		}
+	}
+	return name, first
+}
 
 // watch hands each event to its method until the guard has ended and
 // its event pipe is drained.
@@ -86,7 +138,9 @@ func (s *supervisor) watch() {
 	// guard's deadline trails each one by a fraction of a period.
 	poll := time.NewTicker(min(max(s.tm.heartbeat/4, 5*time.Millisecond), time.Second))
 	defer poll.Stop()
-	events, exited, lockDone := s.g.events, s.g.exited, s.lock.Done()
+	lockDone, stop := s.done()
+	defer stop()
+	events, exited := s.g.events, s.g.exited
 	var graceOver <-chan time.Time
 	for events != nil || exited != nil {
 		select {
@@ -132,9 +186,9 @@ func (s *supervisor) onLockDone() <-chan time.Time {
 	if s.status >= 0 {
 		return nil // the command ended already: exit says so
 	}
-	s.lost = s.lock.Err()
+	s.lostName, s.lost = s.lockErr()
 	fmt.Fprintf(s.r.env.stderr, "ddblock run: lock %s lost (%s): sending SIGTERM to the command, SIGKILL after %v\n",
-		s.name, ddblock.CodeOf(s.lost), s.tm.grace)
+		s.lostName, ddblock.CodeOf(s.lost), s.tm.grace)
 	s.g.terminate()
 	// Should the guard be unable to act (stopped), ddblock kills the
 	// group itself when the grace is over.
@@ -176,8 +230,8 @@ func (s *supervisor) onTerminated(why string) {
 		return
 	}
 	s.notRenewed = true
-	fmt.Fprintf(s.r.env.stderr, "ddblock run: lock %s not renewed within the safe period (%v without a successful heartbeat): the guard sent SIGTERM to the command, SIGKILL after %v\n",
-		s.name, s.tm.safe, s.tm.grace)
+	fmt.Fprintf(s.r.env.stderr, "ddblock run: %s not renewed within the safe period (%v without a successful heartbeat): the guard sent SIGTERM to the command, SIGKILL after %v\n",
+		s.subject, s.tm.safe, s.tm.grace)
 }
 
 // sayKill says, once, that the command gets SIGKILL.
@@ -193,7 +247,7 @@ func (s *supervisor) sayKill() {
 func (s *supervisor) exit() error {
 	switch {
 	case s.startFailure != "":
-		s.r.release(s.lock, false)
+		s.r.release(s.held, false)
 		code, msg, _ := strings.Cut(s.startFailure, " ")
 		n, err := strconv.Atoi(code)
 		if err != nil {
@@ -204,33 +258,33 @@ func (s *supervisor) exit() error {
 		}
 		return fail(n, "cannot run %s: %s", s.command[0], msg)
 	case s.notStarted && s.lost != nil:
-		s.r.release(s.lock, true)
-		return fail(exitLockLost, "lock %s was lost (%s) before the command could start; the command did not run", s.name, ddblock.CodeOf(s.lost))
+		s.r.release(s.held, true)
+		return fail(exitLockLost, "lock %s was lost (%s) before the command could start; the command did not run", s.lostName, ddblock.CodeOf(s.lost))
 	case s.notStarted:
-		s.r.release(s.lock, true)
-		return fail(exitLockLost, "lock %s: its safe period ran out before the command could start (ddblock or its guard was stopped or starved); the command did not run", s.name)
+		s.r.release(s.held, true)
+		return fail(exitLockLost, "%s: its safe period ran out before the command could start (ddblock or its guard was stopped or starved); the command did not run", s.subject)
 	case s.status < 0:
 		return s.guardDied()
 	}
 	if s.lost == nil {
 		// The command may have finished just as the lock was lost: its
 		// work was then not exclusive to the end.
-		if err := s.lock.Err(); isLost(err) {
-			s.lost = err
-			fmt.Fprintf(s.r.env.stderr, "ddblock run: lock %s was lost (%s) as the command ended\n", s.name, ddblock.CodeOf(s.lost))
+		if name, err := s.lockErr(); isLost(err) {
+			s.lost, s.lostName = err, name
+			fmt.Fprintf(s.r.env.stderr, "ddblock run: lock %s was lost (%s) as the command ended\n", s.lostName, ddblock.CodeOf(s.lost))
 		}
 	}
 	if s.lost != nil || s.notRenewed {
 		// Whatever the command left behind in its group must not go on
 		// working without the lock.
 		signalGroup(s.pgid, syscall.SIGKILL)
-		s.r.release(s.lock, true)
+		s.r.release(s.held, true)
 		if s.lost != nil {
-			return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", s.name, ddblock.CodeOf(s.lost), s.status)
+			return fail(exitLockLost, "lock %s was lost while the command ran (%s); the command exited with status %d", s.lostName, ddblock.CodeOf(s.lost), s.status)
 		}
-		return fail(exitLockLost, "lock %s was not renewed within the safe period while the command ran (ddblock was stopped, starved or blocked); the command was stopped and exited with status %d", s.name, s.status)
+		return fail(exitLockLost, "%s was not renewed within the safe period while the command ran (ddblock was stopped, starved or blocked); the command was stopped and exited with status %d", s.subject, s.status)
 	}
-	s.r.release(s.lock, false)
+	s.r.release(s.held, false)
 	return exitWith(s.status)
 }
 
@@ -251,17 +305,17 @@ func (s *supervisor) guardDied() error {
 	if s.pgid <= 0 {
 		// The guard died before it said whether the command started; the
 		// group is unknown, so the lock is left to expire.
-		return fail(exitInternal, "the guard process died (%s) before the command started; lock %s is left to expire", how, s.name)
+		return fail(exitInternal, "the guard process died (%s) before the command started; %s is left to expire", how, s.subject)
 	}
 	signalGroup(s.pgid, syscall.SIGKILL)
 	deadline := time.Now().Add(groupGoneTimeout)
 	for groupAlive(s.pgid) {
 		if time.Now().After(deadline) {
-			return fail(exitInternal, "the guard process died (%s); the command's processes did not die of SIGKILL within %v; lock %s is left to expire",
-				how, groupGoneTimeout, s.name)
+			return fail(exitInternal, "the guard process died (%s); the command's processes did not die of SIGKILL within %v; %s is left to expire",
+				how, groupGoneTimeout, s.subject)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	s.r.release(s.lock, false)
-	return fail(exitInternal, "the guard process died (%s); the command was killed and lock %s released", how, s.name)
+	s.r.release(s.held, false)
+	return fail(exitInternal, "the guard process died (%s); the command was killed and %s released", how, s.subject)
 }

@@ -76,9 +76,10 @@ func commandGroup(t *testing.T) int {
 // newSupervisor is a supervisor of lock, with a fake guard.
 func newSupervisor(lock *ddblock.Lock, stderr *syncBuffer) *supervisor {
 	tm := timing{lease: 3 * time.Minute, heartbeat: time.Minute, safe: 2 * time.Minute, grace: 100 * time.Millisecond}
-	r := &runner{env: &environ{stderr: stderr}, key: lock.PartitionKey(), sortKey: lock.SortKey(), lease: tm.lease, sigs: make(chan os.Signal, 1)}
-	return &supervisor{r: r, lock: lock, g: fakeGuard(), tm: tm, name: lockName(r.key, r.sortKey),
-		command: []string{"job"}, status: -1}
+	r := &runner{env: &environ{stderr: stderr}, key: lock.PartitionKey(), sortKey: lock.SortKey(), keys: []string{lock.PartitionKey()},
+		lease: tm.lease, sigs: make(chan os.Signal, 1)}
+	return &supervisor{r: r, held: held{locks: []*ddblock.Lock{lock}}, g: fakeGuard(), tm: tm, name: lockName(r.key, r.sortKey),
+		subject: "lock " + lockName(r.key, r.sortKey), command: []string{"job"}, status: -1}
 }
 
 // exitCode is the status an error from exit makes ddblock end with.

@@ -264,6 +264,10 @@ type Counts struct {
 	// operation ("UpdateItem", …; "" for requests without a target).
 	Requests int64
 	ByOp     map[string]int64
+	// TransactActions counts the actions of the TransactWriteItems
+	// received, each by the call it stands for (which is also its IAM
+	// action) and its table: "PutItem TABLE", "ConditionCheckItem TABLE".
+	TransactActions map[string]int64
 	// Forwarded counts the requests passed on to the server (DropReply's
 	// included), and ForwardErrors those the server could not be reached
 	// for.
@@ -328,6 +332,7 @@ type Proxy struct {
 	rng          *rand.Rand
 	requests     int64
 	byOp         map[string]int64
+	txActions    map[string]int64
 	forwarded    int64
 	forwardErrs  int64
 	injected     map[Kind]int64
@@ -383,6 +388,7 @@ func Start(target string, opts ...Option) (*Proxy, error) {
 		txDuration:   DefaultTransactionDuration,
 		rng:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		byOp:         map[string]int64{},
+		txActions:    map[string]int64{},
 		injected:     map[Kind]int64{},
 		injectedByOp: map[string]map[Kind]int64{},
 		flights:      map[*flight]struct{}{},
@@ -530,6 +536,10 @@ func (p *Proxy) Counts() Counts {
 	for k, v := range p.byOp {
 		c.ByOp[k] = v
 	}
+	c.TransactActions = make(map[string]int64, len(p.txActions))
+	for k, v := range p.txActions {
+		c.TransactActions[k] = v
+	}
 	for k, v := range p.injected {
 		c.Injected[k] = v
 	}
@@ -580,6 +590,11 @@ func (p *Proxy) decide(op string, body []byte) plan {
 	defer p.mu.Unlock()
 	p.requests++
 	p.byOp[op]++
+	if op == "TransactWriteItems" {
+		for _, a := range transactActions(body) {
+			p.txActions[a]++
+		}
+	}
 	var pl plan
 	for _, f := range p.faults {
 		r := f.rule
@@ -799,4 +814,25 @@ func isHopByHop(h string) bool {
 		return true
 	}
 	return false
+}
+
+// transactActions are a TransactWriteItems body's actions, each as the
+// call it stands for and its table; none for a body that is not one.
+func transactActions(body []byte) []string {
+	type action struct{ TableName string }
+	var req struct {
+		TransactItems []struct{ Put, Update, Delete, ConditionCheck *action }
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return nil
+	}
+	var out []string
+	for _, it := range req.TransactItems {
+		for call, a := range map[string]*action{"PutItem": it.Put, "UpdateItem": it.Update, "DeleteItem": it.Delete, "ConditionCheckItem": it.ConditionCheck} {
+			if a != nil {
+				out = append(out, call+" "+a.TableName)
+			}
+		}
+	}
+	return out
 }

@@ -121,7 +121,7 @@ func TestPassThrough(t *testing.T) {
 	// The emulation, on by default, learnt the table's key schema once,
 	// for the puts.
 	want := faultproxy.Counts{
-		Requests: 3, ByOp: map[string]int64{"PutItem": 2, "GetItem": 1},
+		Requests: 3, ByOp: map[string]int64{"PutItem": 2, "GetItem": 1}, TransactActions: map[string]int64{},
 		Forwarded: 3, Injected: map[faultproxy.Kind]int64{}, InjectedByOp: map[string]map[faultproxy.Kind]int64{},
 		Conflicts: map[string]int64{}, SchemaLookups: 1,
 	}
@@ -909,6 +909,12 @@ func TestWithoutConflicts(t *testing.T) {
 	}
 	if cnt := p.Counts(); len(cnt.Conflicts) != 0 || cnt.Transactions != 0 || cnt.SchemaLookups != 0 {
 		t.Errorf("counts %+v; want no emulation at all", cnt)
+	}
+	// Each action of the transaction is counted as the call it stands
+	// for, on its table, with or without the emulation.
+	want := map[string]int64{"ConditionCheckItem " + r.table: 1, "UpdateItem " + r.table: 1}
+	if diff := cmp.Diff(want, p.Counts().TransactActions); diff != "" {
+		t.Errorf("TransactActions (-want +got):\n%s", diff)
 	}
 }
 
