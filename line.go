@@ -249,6 +249,26 @@ func decodeTicket(item map[string]types.AttributeValue) (t lineTicket, session s
 	return t, s.Value, true
 }
 
+// ticketSetWait reads a set's wait from a ticket item: zero for a
+// single key's ticket, and for a value out of range (then the ticket is
+// judged as a single key's, never as garbage).
+func ticketSetWait(item map[string]types.AttributeValue) time.Duration {
+	n, _ := item[wire.AttrTicketSetWait].(*types.AttributeValueMemberN)
+	if n == nil {
+		return 0
+	}
+	ms, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil || ms <= 0 || ms > maxSetWait.Milliseconds() {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// maxSetWait bounds a set's wait as its tickets carry it: a set that
+// waits longer may be skipped at the head of an earlier line once this
+// has passed, and then comes again at its back.
+const maxSetWait = lineTTL
+
 // lineKeyFor is the line counter's key for a lock's key.
 func lineKeyFor(pk, sk string) (string, string) { return lineKeyPrefix + pk, sk }
 
@@ -309,6 +329,9 @@ type cachedTicket struct {
 	t       lineTicket
 	session string
 	ok      bool // readable
+	// setWait: the ticket is a set's (AcquireLocks), which may keep its
+	// place at the head this long while it waits in later lines.
+	setWait time.Duration
 }
 
 // line is one fair waiter's place in the line of one key.
@@ -318,7 +341,10 @@ type line struct {
 	pk, sk string // the counter's key
 	lockPK string // the lock's partition key (a semaphore's: its metadata item's)
 	ticket lineTicket
-	period time.Duration
+	// setWait is written on the ticket of a set's waiter (lockset.go):
+	// how long it may stand at the head while it waits in later lines.
+	setWait time.Duration
+	period  time.Duration
 	// deadline is when the acquisition gives up (monotonic): a waiter
 	// that sleeps until woken wakes then.
 	deadline time.Duration
@@ -691,7 +717,7 @@ func (l *line) writeTicket(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Session: s.pk, Since: l.ticket.Since, Grace: l.ticket.Grace}
+	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Session: s.pk, Since: l.ticket.Since, Grace: l.ticket.Grace, SetWait: l.setWait}
 	if _, err := c.ddb.PutItem(ctx, c.wire().PutTicket(l.ticketPK(l.seq), l.sk, t, c.clock.Now().Add(lineTTL)), c.callOpts("PutItem")...); err != nil {
 		if wire.OutcomeUnknown(err) {
 			l.written = true // it may be there: leave deletes it
@@ -789,7 +815,7 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 				continue
 			}
 			t, sess, ok := decodeTicket(out.Item)
-			ct = cachedTicket{t: t, session: sess, ok: ok}
+			ct = cachedTicket{t: t, session: sess, ok: ok, setWait: ticketSetWait(out.Item)}
 			ls.mu.Lock()
 			l.room.tickets[n] = ct
 			ls.mu.Unlock()
@@ -843,7 +869,7 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 		dead := !f.present || !f.t.ok || abandoned || deadSession(f.t) ||
 			(graceSession != "" && f.t.session == graceSession)
 		if !dead && i == 0 {
-			passed, err := l.headPassed(ctx, st, f.t.t, look)
+			passed, err := l.headPassed(ctx, st, f.t, look)
 			if err != nil {
 				return st.serving, false, err
 			}
@@ -896,8 +922,11 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 
 // headPassed times the head: true once the pair (head, what it waits
 // for) has stood, on this client's monotonic clock, for the head's grace
-// while free, or for the lease plus the grace while held.
-func (l *line) headPassed(ctx context.Context, st lineState, head lineTicket, look func(context.Context) (headLook, error)) (bool, error) {
+// while free, or for the lease plus the grace while held; a set's head
+// (its session alive, or it would have been skipped as dead) has its
+// set wait more: it may be waiting in the lines of its later keys.
+func (l *line) headPassed(ctx context.Context, st lineState, ct cachedTicket, look func(context.Context) (headLook, error)) (bool, error) {
+	head := ct.t
 	c := l.c
 	sent := c.clock.Monotonic()
 	hl, err := look(ctx)
@@ -915,7 +944,7 @@ func (l *line) headPassed(ctx context.Context, st lineState, head lineTicket, lo
 		return false, nil
 	}
 	r.lastSent = max(r.lastSent, sent)
-	limit := head.Grace
+	limit := head.Grace + ct.setWait
 	if !hl.free {
 		limit += hl.lease
 	}
