@@ -517,6 +517,41 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 	}
 }
 
+// stillHead reports whether this waiter, which was served, still is:
+// it reads the counter at most once a retry period, as a head does. One
+// that was skipped, or whose line was reset, learns it here and is
+// marked so (turn then takes it a new number); it never sleeps. A set's
+// waiter (lockset.go) keeps the head of its earlier lines by it.
+func (l *line) stillHead(ctx context.Context) (bool, error) {
+	c := l.c
+	ls := c.lines
+	ls.mu.Lock()
+	entered, skipped := l.entered, l.skipped
+	ls.mu.Unlock()
+	if !entered || skipped || !l.head {
+		return false, nil
+	}
+	sent := c.clock.Monotonic()
+	if sent-l.lastLook < l.period {
+		return true, nil
+	}
+	st, ok, err := l.read(ctx)
+	if err != nil {
+		if CodeOf(err) != CodeInvalidItem {
+			return false, err
+		}
+		l.resetGarbled(ctx)
+		ok = false
+	}
+	l.lastLook = sent
+	l.seen(st, ok)
+	if !ok || st.gen != l.gen || st.serving != l.seq {
+		l.head = false
+		return false, nil
+	}
+	return true, nil
+}
+
 // sleep waits until this waiter is woken, its deadline passes, its
 // context ends or the client closes.
 func (l *line) sleep(ctx context.Context) error {

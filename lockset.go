@@ -290,31 +290,38 @@ func (m *setAcquire) climb(ctx context.Context) (bool, error) {
 	for i := 0; i <= m.at && i < len(m.lines); i++ {
 		l, a := m.lines[i], m.keys[m.order[i]]
 		m.line = l
-		mine, err := l.turn(ctx, a.lockLook)
-		if err != nil {
-			return false, a.callError(ctx, "waiting in line", err)
-		}
-		if !mine {
-			if i < m.at {
+		if i < m.at {
+			still, err := l.stillHead(ctx)
+			if err != nil {
+				return false, a.callError(ctx, "waiting in line", err)
+			}
+			if !still {
 				// It lost the head of this line (skipped, or the line
-				// was reset) and came again at its back: it gives up
-				// every later place, never to head a later line while
-				// it waits in an earlier one.
+				// was reset): it gives up every later place before it
+				// comes again at this line's back, never to hold a
+				// place in a later line while it waits in an earlier
+				// one.
 				for j := i + 1; j < len(m.lines); j++ {
 					m.lines[j].leave()
 					m.lines[j] = m.newLine(j)
 				}
 				m.at = i
 			}
-			return false, nil
+		}
+		if i == m.at {
+			mine, err := l.turn(ctx, a.lockLook)
+			if err != nil {
+				return false, a.callError(ctx, "waiting in line", err)
+			}
+			if !mine {
+				return false, nil
+			}
+			m.at++
 		}
 		if i < len(m.lines)-1 && !l.written {
 			if err := l.writeTicket(ctx); err != nil {
 				return false, a.callError(ctx, "waiting in line", err)
 			}
-		}
-		if i == m.at {
-			m.at++
 		}
 	}
 	return m.at == len(m.lines), nil

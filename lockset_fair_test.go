@@ -122,7 +122,8 @@ func (x *fsExclusion) out(keys ...string) {
 // Fair sets that want overlapping keys, named in different orders, and
 // fair single-key waiters of the same keys all finish: every set climbs
 // the lines in one order, so none waits in a line another heads while
-// heading one that other waits in. No two ever hold a key at once.
+// heading one that other waits in; two of the sets wait in one client,
+// in the same rooms. No two ever hold a key at once.
 func TestAcquireLocksFairNoDeadlock(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -138,8 +139,8 @@ func TestAcquireLocksFairNoDeadlock(t *testing.T) {
 	var wins atomic.Int32
 	var wg sync.WaitGroup
 	for i, keys := range sets {
-		c := first
-		if i > 0 {
+		c := first // the first two sets share a client: its rooms
+		if i > 1 {
 			c = e.client()
 		}
 		wg.Go(func() {
