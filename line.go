@@ -97,6 +97,15 @@ import (
 //     its grace is over three of them. Tickets right behind it of the
 //     same session go with it.
 //
+// A set of keys that waits fairly (AcquireLocks, lockset.go) stands in
+// the lines of its keys one after another, in lock-id order, and keeps
+// the head of each earlier line (stillHead) while it waits in the next:
+// every set climbs in the same order, so no two wait for each other. Its
+// tickets carry its set wait (its retry timeout), which the inspectors
+// add to the head's grace in the third rule: a live set at the head of
+// a line may leave that lock free while it waits for its later keys. A
+// dead set's tickets go by the second rule, as any waiter's.
+//
 // A waiter that finds its number skipped (the served number is past it)
 // deletes its ticket and takes a new number, at the back. A counter that
 // is not one ddblock could have written is deleted on the condition that
@@ -108,7 +117,8 @@ import (
 // watch of the head or of the dead sessions (a grace), for a lead far
 // back half a grace before its first inspection and half a grace between
 // two, and three periods of looks; however many are dead, and wherever
-// they stand.
+// they stand. Behind a live set's head the wait is longer by that set's
+// own wait in its later lines, at most its set wait.
 //
 // Safety: mutual exclusion rests only on the lock item's conditional
 // put, as for every acquire: the line decides who tries, never who
