@@ -3,6 +3,7 @@ package ddblock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,13 +140,15 @@ func TestAcquireLocksFairNoDeadlock(t *testing.T) {
 	var wins atomic.Int32
 	var wg sync.WaitGroup
 	for i, keys := range sets {
-		c := first // the first two sets share a client: its rooms
+		// The first two sets share a client, and its rooms; each waits
+		// for the keys the other holds (WithWaitOnOwn).
+		c, setOpts := first, append(slices.Clip(opts), ddblock.WithWaitOnOwn())
 		if i > 1 {
-			c = e.client()
+			c, setOpts = e.client(), opts
 		}
 		wg.Go(func() {
 			for range rounds {
-				set, err := c.AcquireLocks(ctx, keys, opts...)
+				set, err := c.AcquireLocks(ctx, keys, setOpts...)
 				if err != nil {
 					t.Errorf("AcquireLocks(%v): %v", keys, err)
 					return
@@ -454,6 +457,70 @@ func TestAcquireLockThroughSetTransaction(t *testing.T) {
 		t.Fatalf("lock puts: %d; want 2 (one refused)", refused.Load())
 	}
 	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A set that loses the head of an earlier line (here the line is
+// cleared under it) gives up its place in the later line before it comes
+// again: it never keeps a place in a later line while it waits in an
+// earlier one. The fair waiter behind it in the later line moves up.
+func TestAcquireLocksFairLosesEarlierHead(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	observer := e.client(ddblock.WithOwnerName("observer"))
+	if !hasFairSetTransactions(t, e, observer) {
+		return
+	}
+	holder := e.client(ddblock.WithOwnerName("holder"))
+	held, err := holder.AcquireLock(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []ddblock.AcquireOption{ddblock.WithFairWaiting(), ddblock.WithRetryPeriod(50 * time.Millisecond), ddblock.WithRetryTimeout(2 * time.Minute)}
+	cs := e.client(ddblock.WithOwnerName("set"))
+	type result struct {
+		set *ddblock.LockSet
+		err error
+	}
+	setDone := make(chan result, 1)
+	go func() {
+		s, err := cs.AcquireLocks(ctx, []string{"a", "b"}, opts...)
+		setDone <- result{s, err}
+	}()
+	waitFor(t, "the set at the head of both lines", func() bool {
+		return fjOwners(t, observer, "a", "") == "set" && fjOwners(t, observer, "b", "") == "set"
+	})
+	cw := e.client(ddblock.WithOwnerName("single"))
+	single := startFair(cw, "single", "b", opts...)
+	waitFor(t, "the single waiter behind the set", func() bool { return fjOwners(t, observer, "b", "") == "set single" })
+
+	if _, err := observer.ClearLine(ctx, "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the set to come again behind the single waiter", func() bool {
+		return fjOwners(t, observer, "a", "") == "set" && fjOwners(t, observer, "b", "") == "single set"
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-single.done
+	if single.err != nil {
+		t.Fatalf("the single waiter: %v", single.err)
+	}
+	select {
+	case r := <-setDone:
+		t.Fatalf("the set won (%v) while the single waiter ahead of it held b", r.err)
+	default:
+	}
+	if err := single.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-setDone
+	if r.err != nil {
+		t.Fatalf("the set: %v", r.err)
+	}
+	if err := r.set.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
