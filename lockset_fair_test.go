@@ -197,14 +197,14 @@ func TestAcquireLocksFairNoDeadlock(t *testing.T) {
 // fsStream is a stream of fair single-key holders of some keys, perKey
 // clients a key: each takes its key, holds it a moment, gives it back
 // and comes again at the back of the line, until stopped. It counts the
-// acquisitions (handoffs) of each key.
+// acquisitions (handoffs) of each key. A holder keeps its key for hold.
 type fsStream struct {
 	handoffs map[string]*atomic.Int64
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
 
-func startStream(t testing.TB, clients func(owner string) *ddblock.Client, keys []string, perKey int, x *fsExclusion) *fsStream {
+func startStream(t testing.TB, clients func(owner string) *ddblock.Client, keys []string, perKey int, hold time.Duration, x *fsExclusion) *fsStream {
 	s := &fsStream{handoffs: map[string]*atomic.Int64{}, stop: make(chan struct{})}
 	ctx := context.Background()
 	for _, k := range keys {
@@ -227,7 +227,7 @@ func startStream(t testing.TB, clients func(owner string) *ddblock.Client, keys 
 					}
 					x.in(k)
 					s.handoffs[k].Add(1)
-					time.Sleep(fsHold)
+					time.Sleep(hold)
 					x.out(k)
 					if err := l.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
 						t.Errorf("holder of %s: Release: %v", k, err)
@@ -303,7 +303,7 @@ func TestAcquireLocksFairNotStarved(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			x := &fsExclusion{holders: map[string]int{}}
-			stream := startStream(t, func(owner string) *ddblock.Client { return e.client(ddblock.WithOwnerName(owner)) }, keys, perKey, x)
+			stream := startStream(t, func(owner string) *ddblock.Client { return e.client(ddblock.WithOwnerName(owner)) }, keys, perKey, fsHold, x)
 			defer stream.end()
 			// The stream in full swing: every holder has come round.
 			waitFor(t, "the stream", func() bool { return stream.count("a") >= 2*perKey && stream.count("b") >= 2*perKey })
