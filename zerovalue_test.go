@@ -29,6 +29,7 @@ var (
 		reflect.TypeFor[ddblock.Election](),
 		reflect.TypeFor[ddblock.Leadership](),
 		reflect.TypeFor[ddblock.Semaphore](),
+		reflect.TypeFor[ddblock.LockSet](),
 	}
 	values = []reflect.Type{
 		reflect.TypeFor[ddblock.Error](),
