@@ -65,7 +65,9 @@ const (
 // period again once a read goes through.
 //
 // Failures worth another try (throttling, server errors, timeouts, lost
-// connections) are retried like a held lock, within the retry timeout;
+// connections, a put refused while a transaction of [Client.AcquireLocks]
+// writes the key: CodeTransactionConflict) are retried like a held lock,
+// within the retry timeout;
 // if the last attempt still failed so, that failure is returned. It ends
 // with CodeAcquireTimeout after the retry timeout (or at ctx's
 // deadline), CodeCanceled when ctx is cancelled, CodeClientShutdown when
@@ -477,6 +479,12 @@ func (a *acquisition) put(ctx context.Context) (*Lock, error) {
 		return a.won(info, sess, sent, takenFrom, fast)
 	}
 	failedOn, failed := wire.FailedItem(err)
+	if !failed && wire.TransactionConflict(err) && !wire.OutcomeUnknown(err) {
+		// A set's transaction (AcquireLocks) on this key was under way:
+		// nothing was written, and the key is likely being taken. The
+		// next attempt reads it again.
+		return nil, a.fail(CodeTransactionConflict, "a transaction that writes the lock was under way: nothing was written", err)
+	}
 	if !failed {
 		if wire.OutcomeUnknown(err) {
 			// The put may have landed (a lost reply, a cancel in flight):

@@ -97,6 +97,15 @@ import (
 //     its grace is over three of them. Tickets right behind it of the
 //     same session go with it.
 //
+// A set of keys that waits fairly (AcquireLocks, lockset.go) stands in
+// the lines of its keys one after another, in lock-id order, and keeps
+// the head of each earlier line (stillHead) while it waits in the next:
+// every set climbs in the same order, so no two wait for each other. Its
+// tickets carry its set wait (its retry timeout), which the inspectors
+// add to the head's grace in the third rule: a live set at the head of
+// a line may leave that lock free while it waits for its later keys. A
+// dead set's tickets go by the second rule, as any waiter's.
+//
 // A waiter that finds its number skipped (the served number is past it)
 // deletes its ticket and takes a new number, at the back. A counter that
 // is not one ddblock could have written is deleted on the condition that
@@ -108,7 +117,8 @@ import (
 // watch of the head or of the dead sessions (a grace), for a lead far
 // back half a grace before its first inspection and half a grace between
 // two, and three periods of looks; however many are dead, and wherever
-// they stand.
+// they stand. Behind a live set's head the wait is longer by that set's
+// own wait in its later lines, at most its set wait.
 //
 // Safety: mutual exclusion rests only on the lock item's conditional
 // put, as for every acquire: the line decides who tries, never who
@@ -249,6 +259,26 @@ func decodeTicket(item map[string]types.AttributeValue) (t lineTicket, session s
 	return t, s.Value, true
 }
 
+// ticketSetWait reads a set's wait from a ticket item: zero for a
+// single key's ticket, and for a value out of range (then the ticket is
+// judged as a single key's, never as garbage).
+func ticketSetWait(item map[string]types.AttributeValue) time.Duration {
+	n, _ := item[wire.AttrTicketSetWait].(*types.AttributeValueMemberN)
+	if n == nil {
+		return 0
+	}
+	ms, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil || ms <= 0 || ms > maxSetWait.Milliseconds() {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// maxSetWait bounds a set's wait as its tickets carry it: a set that
+// waits longer may be skipped at the head of an earlier line once this
+// has passed, and then comes again at its back.
+const maxSetWait = lineTTL
+
 // lineKeyFor is the line counter's key for a lock's key.
 func lineKeyFor(pk, sk string) (string, string) { return lineKeyPrefix + pk, sk }
 
@@ -309,6 +339,9 @@ type cachedTicket struct {
 	t       lineTicket
 	session string
 	ok      bool // readable
+	// setWait: the ticket is a set's (AcquireLocks), which may keep its
+	// place at the head this long while it waits in later lines.
+	setWait time.Duration
 }
 
 // line is one fair waiter's place in the line of one key.
@@ -318,7 +351,10 @@ type line struct {
 	pk, sk string // the counter's key
 	lockPK string // the lock's partition key (a semaphore's: its metadata item's)
 	ticket lineTicket
-	period time.Duration
+	// setWait is written on the ticket of a set's waiter (lockset.go):
+	// how long it may stand at the head while it waits in later lines.
+	setWait time.Duration
+	period  time.Duration
 	// deadline is when the acquisition gives up (monotonic): a waiter
 	// that sleeps until woken wakes then.
 	deadline time.Duration
@@ -489,6 +525,41 @@ func (l *line) turn(ctx context.Context, look func(context.Context) (headLook, e
 		}
 		return false, nil
 	}
+}
+
+// stillHead reports whether this waiter, which was served, still is:
+// it reads the counter at most once a retry period, as a head does. One
+// that was skipped, or whose line was reset, learns it here and is
+// marked so (turn then takes it a new number); it never sleeps. A set's
+// waiter (lockset.go) keeps the head of its earlier lines by it.
+func (l *line) stillHead(ctx context.Context) (bool, error) {
+	c := l.c
+	ls := c.lines
+	ls.mu.Lock()
+	entered, skipped := l.entered, l.skipped
+	ls.mu.Unlock()
+	if !entered || skipped || !l.head {
+		return false, nil
+	}
+	sent := c.clock.Monotonic()
+	if sent-l.lastLook < l.period {
+		return true, nil
+	}
+	st, ok, err := l.read(ctx)
+	if err != nil {
+		if CodeOf(err) != CodeInvalidItem {
+			return false, err
+		}
+		l.resetGarbled(ctx)
+		ok = false
+	}
+	l.lastLook = sent
+	l.seen(st, ok)
+	if !ok || st.gen != l.gen || st.serving != l.seq {
+		l.head = false
+		return false, nil
+	}
+	return true, nil
 }
 
 // sleep waits until this waiter is woken, its deadline passes, its
@@ -691,7 +762,7 @@ func (l *line) writeTicket(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Session: s.pk, Since: l.ticket.Since, Grace: l.ticket.Grace}
+	t := wire.Ticket{ID: l.ticket.ID, Owner: l.ticket.OwnerName, Session: s.pk, Since: l.ticket.Since, Grace: l.ticket.Grace, SetWait: l.setWait}
 	if _, err := c.ddb.PutItem(ctx, c.wire().PutTicket(l.ticketPK(l.seq), l.sk, t, c.clock.Now().Add(lineTTL)), c.callOpts("PutItem")...); err != nil {
 		if wire.OutcomeUnknown(err) {
 			l.written = true // it may be there: leave deletes it
@@ -789,7 +860,7 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 				continue
 			}
 			t, sess, ok := decodeTicket(out.Item)
-			ct = cachedTicket{t: t, session: sess, ok: ok}
+			ct = cachedTicket{t: t, session: sess, ok: ok, setWait: ticketSetWait(out.Item)}
 			ls.mu.Lock()
 			l.room.tickets[n] = ct
 			ls.mu.Unlock()
@@ -843,7 +914,7 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 		dead := !f.present || !f.t.ok || abandoned || deadSession(f.t) ||
 			(graceSession != "" && f.t.session == graceSession)
 		if !dead && i == 0 {
-			passed, err := l.headPassed(ctx, st, f.t.t, look)
+			passed, err := l.headPassed(ctx, st, f.t, look)
 			if err != nil {
 				return st.serving, false, err
 			}
@@ -896,8 +967,11 @@ func (l *line) inspectWindow(ctx context.Context, st lineState, look func(contex
 
 // headPassed times the head: true once the pair (head, what it waits
 // for) has stood, on this client's monotonic clock, for the head's grace
-// while free, or for the lease plus the grace while held.
-func (l *line) headPassed(ctx context.Context, st lineState, head lineTicket, look func(context.Context) (headLook, error)) (bool, error) {
+// while free, or for the lease plus the grace while held; a set's head
+// (its session alive, or it would have been skipped as dead) has its
+// set wait more: it may be waiting in the lines of its later keys.
+func (l *line) headPassed(ctx context.Context, st lineState, ct cachedTicket, look func(context.Context) (headLook, error)) (bool, error) {
+	head := ct.t
 	c := l.c
 	sent := c.clock.Monotonic()
 	hl, err := look(ctx)
@@ -915,7 +989,7 @@ func (l *line) headPassed(ctx context.Context, st lineState, head lineTicket, lo
 		return false, nil
 	}
 	r.lastSent = max(r.lastSent, sent)
-	limit := head.Grace
+	limit := head.Grace + ct.setWait
 	if !hl.free {
 		limit += hl.lease
 	}

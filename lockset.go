@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,28 @@ import (
 // Each item of a set is an ordinary lock item: heartbeated, released and
 // taken over one by one, by this library and by python_dynamodb_lock
 // alike.
+//
+// A set that waits fairly (WithFairWaiting) stands in the lines of its
+// keys (line.go) one after another, in one order for every set: by lock
+// id. It takes a number in the line of its next key only once it heads
+// the line of the key before, and keeps the head of every earlier line
+// while it waits in the later ones: a reservation, not a lock (no lock
+// item is written; the others of those lines wait behind it). Heading
+// every line, it tries the set by the rule above, headPolls times a
+// period, and hands every line on once it won or gave up. Should it lose
+// the head of a line (skipped, or the line reset), it comes again at that
+// line's back and gives up its places in every later line.
+//
+// No deadlock: a set waits only in the line of a key ordered after every
+// key whose line it heads, so a chain of waiters, each waiting in a line
+// that the next heads, climbs the order and ends at a waiter that heads
+// every line it needs (a set, or a single key's head): that one tries,
+// and wins once the holders (which the lines do not wait for) let go.
+// Those behind a set's head do not skip it for leaving its lock free
+// while its session lives, for up to its retry timeout more than a
+// single head's grace (the ticket's set wait); a dead set's tickets go
+// with its session, as any dead waiter's. Safety rests on the
+// transaction alone, as without lines.
 
 // maxSetKeys is the most keys one transaction can put: DynamoDB's limit
 // of 100 actions a transaction.
@@ -146,9 +169,17 @@ func (s *LockSet) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteIt
 // server (dynalite, for one) or the DynamoDBAPI given to [New] has no
 // TransactWriteItems, before anything is written. CodeInvalidArgument,
 // before any call, for no keys, a key twice, more than 100 keys, a
-// key AcquireLock would refuse, or WithFairWaiting, which a set does not
-// take. A key this client holds already is CodeAlreadyHeld (with
-// [WithWaitOnOwn], waited for).
+// key AcquireLock would refuse. A key this client holds already is
+// CodeAlreadyHeld (with [WithWaitOnOwn], waited for).
+//
+// With [WithFairWaiting] the set waits its turn in the line of each of
+// its keys, in an order of its own (every set climbs the lines in the
+// same order, so that none deadlocks), and keeps its turn at the front
+// of the lines of the keys it reached while it waits for the others: a
+// stream of fair waiters of its keys does not starve it. Meanwhile the
+// fair waiters behind it in those lines wait, their keys free or not,
+// for up to the set's retry timeout longer than fair waiting otherwise
+// bounds their wait (doc/waiting.md).
 //
 // A single key is acquired exactly as AcquireLock acquires it (one
 // PutItem, no transaction; WithFairWaiting allowed).
@@ -176,7 +207,23 @@ func (c *Client) AcquireLocks(ctx context.Context, partitionKeys []string, opts 
 		a.seen, a.seenAt = c.observations.get(a.id)
 		m.keys = append(m.keys, a)
 	}
+	if o.FairWaiting && o.RetryTimeout > 0 {
+		// A call that makes one attempt takes no place in line, as for
+		// a single key.
+		m.order = make([]int, len(m.keys))
+		for i := range m.order {
+			m.order[i] = i
+		}
+		slices.SortFunc(m.order, func(i, j int) int { return strings.Compare(m.keys[i].id, m.keys[j].id) })
+		m.lines = make([]*line, len(m.keys))
+		for i := range m.lines {
+			m.lines[i] = m.newLine(i)
+		}
+	}
 	_, err := m.run(ctx, m, &m.opts)
+	for _, l := range m.lines {
+		l.leave() // won or not, the places have served
+	}
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-m.start, m.attempts, err)
 	if err != nil {
 		return nil, err
@@ -191,8 +238,6 @@ func (c *Client) checkSet(pks []string, o *acquireOptions) error {
 		return invalidArg("PartitionKeys", "name at least one key")
 	case len(pks) > maxSetKeys:
 		return invalidArg("PartitionKeys", fmt.Sprintf("%d keys: one transaction takes at most %d", len(pks), maxSetKeys))
-	case o.FairWaiting:
-		return invalidArg("FairWaiting", "a set of keys does not wait in line: leave WithFairWaiting out of AcquireLocks")
 	}
 	var errs []error
 	seen := make(map[string]bool, len(pks))
@@ -218,6 +263,69 @@ type setAcquire struct {
 	won  []*Lock
 	// conflicted: the last transaction was cancelled by a conflict.
 	conflicted bool
+	// Fair waiting: lines[i] is the set's place in the line of key
+	// keys[order[i]], the keys by lock id, the order every set climbs
+	// in. The set heads lines[:at] and waits in lines[at]; it has taken
+	// no number in the lines after. retryLoop.line is the line that
+	// paces the loop: the one it waits in, or the last once it heads
+	// them all.
+	order []int
+	lines []*line
+	at    int
+}
+
+// newLine makes the set's place in the i-th line it climbs.
+func (m *setAcquire) newLine(i int) *line {
+	a := m.keys[m.order[i]]
+	l := m.c.newLine(a.pk, m.opts.SortKey, m.opts.RetryPeriod, m.start+m.opts.RetryTimeout)
+	l.setWait = min(m.opts.RetryTimeout, maxSetWait)
+	return l
+}
+
+// climb keeps the set's places in line and reports whether it heads
+// every line. It confirms the head of each line it climbed (a read of
+// each line at most once a retry period, as a head's), waits in the
+// next, and marks each head with its ticket at once: it will wait in
+// the later lines, and those behind it must see that it does.
+func (m *setAcquire) climb(ctx context.Context) (bool, error) {
+	for i := 0; i <= m.at && i < len(m.lines); i++ {
+		l, a := m.lines[i], m.keys[m.order[i]]
+		m.line = l
+		if i < m.at {
+			still, err := l.stillHead(ctx)
+			if err != nil {
+				return false, a.callError(ctx, "waiting in line", err)
+			}
+			if !still {
+				// It lost the head of this line (skipped, or the line
+				// was reset): it gives up every later place before it
+				// comes again at this line's back, never to hold a
+				// place in a later line while it waits in an earlier
+				// one.
+				for j := i + 1; j < len(m.lines); j++ {
+					m.lines[j].leave()
+					m.lines[j] = m.newLine(j)
+				}
+				m.at = i
+			}
+		}
+		if i == m.at {
+			mine, err := l.turn(ctx, a.lockLook)
+			if err != nil {
+				return false, a.callError(ctx, "waiting in line", err)
+			}
+			if !mine {
+				return false, nil
+			}
+			m.at++
+		}
+		if i < len(m.lines)-1 && !l.written {
+			if err := l.writeTicket(ctx); err != nil {
+				return false, a.callError(ctx, "waiting in line", err)
+			}
+		}
+	}
+	return m.at == len(m.lines), nil
 }
 
 // attempt reads every key (but at the first attempt) and, when every key
@@ -230,6 +338,11 @@ func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 				return nil, nil
 			}
 			return nil, a.fail(CodeAlreadyHeld, "this client holds the lock already: release it first, or go on using it", nil)
+		}
+	}
+	if m.lines != nil {
+		if mine, err := m.climb(ctx); err != nil || !mine {
+			return nil, err
 		}
 	}
 	// The first attempt puts at once unless this client has seen one of

@@ -187,7 +187,7 @@ func TestAcquireLocksBadInput(t *testing.T) {
 		{"too many keys", many, nil},
 		{"an empty key", []string{"a", ""}, nil},
 		{"a session's key", []string{"a", "ddblock_session#x"}, nil},
-		{"fair waiting", []string{"a", "b"}, []ddblock.AcquireOption{ddblock.WithFairWaiting()}},
+		{"a key too long to wait fairly", []string{"a", strings.Repeat("k", 2040)}, []ddblock.AcquireOption{ddblock.WithFairWaiting()}},
 		{"a negative retry period", []string{"a", "b"}, []ddblock.AcquireOption{ddblock.WithRetryPeriod(-time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

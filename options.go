@@ -639,6 +639,7 @@ func WithAdditionalAttributes(attrs map[string]types.AttributeValue) AcquireOpti
 // key, and a session item per client while it waits. TryAcquireLock,
 // TryAcquire and an acquire with a zero retry timeout ignore it: a try
 // takes no place in line, and takes a free lock whatever waits in line.
+// [Client.AcquireLocks] waits in the line of each of its keys in turn.
 // See doc/waiting.md.
 func WithFairWaiting() AcquireOption {
 	return func(o *acquireOptions) { o.FairWaiting = true }

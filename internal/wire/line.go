@@ -149,6 +149,10 @@ type Ticket struct {
 	ID, Owner, Session string
 	Since              time.Time
 	Grace              time.Duration
+	// SetWait, for a set of keys that waits fairly, is how long the set
+	// may keep its place at the head of this line while it waits in the
+	// lines of its later keys; zero (not written) for a single key.
+	SetWait time.Duration
 }
 
 // PutTicket writes a waiter's ticket item at (pk, sk), its TTL at
@@ -162,6 +166,9 @@ func (t Table) PutTicket(pk, sk string, tk Ticket, expiry time.Time) *dynamodb.P
 	item[AttrTicketGrace] = n64(tk.Grace.Milliseconds())
 	if tk.Session != "" {
 		item[AttrTicketSession] = str(tk.Session)
+	}
+	if tk.SetWait > 0 {
+		item[AttrTicketSetWait] = n64(tk.SetWait.Milliseconds())
 	}
 	item[t.TTL] = &types.AttributeValueMemberN{Value: Epoch(expiry)}
 	return &dynamodb.PutItemInput{TableName: aws.String(t.Name), Item: item}

@@ -80,12 +80,16 @@ const (
 	AttrLineNext    = "ddblock_line_next"
 	AttrLineServing = "ddblock_line_serving"
 	// A ticket item: the waiter's id, owner name, arrival (Unix ms, shown
-	// only), grace (ms) and the partition key of its client's session.
+	// only), grace (ms) and the partition key of its client's session;
+	// a set's ticket (AcquireLocks) also how long the set may wait in the
+	// lines of its later keys (ms), which readers that do not know it
+	// ignore.
 	AttrTicketID      = "ddblock_ticket_id"
 	AttrTicketOwner   = "ddblock_ticket_owner"
 	AttrTicketSince   = "ddblock_ticket_since_ms"
 	AttrTicketGrace   = "ddblock_ticket_grace_ms"
 	AttrTicketSession = "ddblock_ticket_session"
+	AttrTicketSetWait = "ddblock_ticket_set_wait_ms"
 )
 
 // IsLockAttribute reports whether name is one of the lock item's own

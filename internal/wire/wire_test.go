@@ -344,6 +344,15 @@ func TestLine(t *testing.T) {
 			"ddblock_ticket_grace_ms": n("1500"), "ddblock_ticket_session": s("ddblock_session#x"), "expiry_time": n("1700000000"),
 		},
 	}, table.PutTicket("ddblock_wait#g1#3#k", "-", Ticket{ID: "t1", Owner: "me", Session: "ddblock_session#x", Since: time.UnixMilli(1234), Grace: 1500 * time.Millisecond}, expiry))
+	check(t, &dynamodb.PutItemInput{
+		TableName: aws.String("locks"),
+		Item: map[string]types.AttributeValue{
+			"key": s("ddblock_wait#g1#3#k"), "sort_key": s("-"),
+			"ddblock_ticket_id": s("t1"), "ddblock_ticket_owner": s("me"), "ddblock_ticket_since_ms": n("1234"),
+			"ddblock_ticket_grace_ms": n("1500"), "ddblock_ticket_session": s("ddblock_session#x"),
+			"ddblock_ticket_set_wait_ms": n("60000"), "expiry_time": n("1700000000"),
+		},
+	}, table.PutTicket("ddblock_wait#g1#3#k", "-", Ticket{ID: "t1", Owner: "me", Session: "ddblock_session#x", Since: time.UnixMilli(1234), Grace: 1500 * time.Millisecond, SetWait: time.Minute}, expiry))
 	check(t, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String("locks"),
 		Key:                       tkey,
