@@ -189,6 +189,26 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
+	if l == nil || l.client == nil {
+		return l.guardedWrite(ctx, in, optFns)
+	}
+	c := l.client
+	start := c.clock.Monotonic()
+	ctx, span := c.startSpan(ctx, spanGuardedWrite)
+	out, err := l.guardedWrite(ctx, in, optFns)
+	c.opts.Metrics.GuardedWriteFinished(c.clock.Monotonic()-start, err)
+	if span != nil {
+		setLockProperties(span, l.pk, l.sk, l.owner)
+		if l.token > 0 {
+			span.SetProperty(attrToken, l.token)
+		}
+		endSpan(span, err)
+	}
+	return out, err
+}
+
+// guardedWrite is GuardedWrite's work, once ctx is checked.
+func (l *Lock) guardedWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns []func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	if err := l.guardable(); err != nil {
 		return nil, err
 	}

@@ -63,6 +63,16 @@ type Lock struct {
 	tenure    string
 	takenFrom *LockInfo
 	callback  Callback
+	// fast: taken over by the holder's stamp (see Options.MaxClockSkew).
+	fast bool
+	// acquired is when the acquiring write was sent (monotonic).
+	acquired time.Duration
+	// traceCtx is the acquire's context, for the span of a loss
+	// (spans.go); nil without a tracer.
+	traceCtx context.Context
+	// unreported: given back by Semaphore.Acquire before its acquire
+	// was reported, so its end is not reported either (Metrics.LockEnded).
+	unreported bool
 	// session is the session the lock is attached to, nil when the lock
 	// is heartbeated on its own (see session.go).
 	session *session
@@ -396,6 +406,9 @@ func (l *Lock) heldLocked() bool {
 // saying CLIENT_SHUTDOWN. Done and the contexts of Lock.Context end once,
 // with the first reason as their cause, as a context's do.
 func (l *Lock) finishLocked(err *Error) {
+	if err.Code == CodeLockInDanger || err.Code == CodeLockStolen {
+		l.traceLossLocked(err.Code)
+	}
 	if l.err != nil {
 		if errRank(err.Code) >= errRank(CodeOf(l.err)) {
 			l.err = err
