@@ -140,12 +140,48 @@ var tables atomic.Int64
 // attribute names, and returns its name.
 func newTable(t testing.TB) string {
 	t.Helper()
+	name, err := makeTable(sdkClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func makeTable(ddb ddblock.TableAPI) (string, error) {
 	name := fmt.Sprintf("ddblockotel_%d_%d", os.Getpid(), tables.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := ddblock.EnsureTable(ctx, sdkClient(t), ddblock.WithNamesFromOptions(ddblock.Options{TableName: name}),
+	if _, err := ddblock.EnsureTable(ctx, ddb, ddblock.WithNamesFromOptions(ddblock.Options{TableName: name}),
 		ddblock.WithPollInterval(20*time.Millisecond)); err != nil {
-		t.Fatalf("creating table %s: %v", name, err)
+		return "", fmt.Errorf("creating table %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// exampleConfig is the AWS configuration of the examples: the test
+// server's endpoint and credentials, where a program would load its own
+// (config.LoadDefaultConfig).
+func exampleConfig() aws.Config {
+	if server.External {
+		cfg, err := config.LoadDefaultConfig(context.Background())
+		if err != nil {
+			panic(err)
+		}
+		cfg.BaseEndpoint = aws.String(server.Endpoint)
+		return cfg
+	}
+	return aws.Config{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("ddblock", "ddblock", ""),
+		BaseEndpoint: aws.String(server.Endpoint),
+	}
+}
+
+// exampleTable creates a lock table for an example.
+func exampleTable(cfg aws.Config) string {
+	name, err := makeTable(dynamodb.NewFromConfig(cfg))
+	if err != nil {
+		panic(err)
 	}
 	return name
 }
