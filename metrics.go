@@ -10,7 +10,8 @@ import (
 )
 
 // Metrics receives measurements of a client's work, to be wired to any
-// metrics system (doc/metrics.md shows Prometheus and OpenTelemetry).
+// metrics system. The module github.com/ddblock/ddblock/otel implements
+// it on OpenTelemetry's instruments (doc/metrics.md).
 // Methods are called on the client's hot paths and from several
 // goroutines at once: they must be safe for concurrent use and quick.
 // No mutex of the client's is held while one runs, so a slow one delays
