@@ -536,3 +536,37 @@ func TestElectionTerm(t *testing.T) {
 		t.Errorf("term span: %v %v", term.Attributes(), term.Status())
 	}
 }
+
+// A semaphore's slot: an acquire span naming the semaphore and the
+// slot, and the slot counted among the locks held until released.
+func TestSemaphoreSlot(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	sem, err := c.NewSemaphore("s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	slot, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(t, e.collect(), "ddblock.lock.held", "{lock}"); n != 1 {
+		t.Errorf("ddblock.lock.held = %d with a slot held, want 1", n)
+	}
+	if err := slot.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := e.collect()
+	if n, _ := hist(t, all, "ddblock.acquire.duration", "s", outcome("OK")); n != 1 {
+		t.Errorf("ddblock.acquire.duration{OK}: %d points, want 1", n)
+	}
+	if n := sum(t, all, "ddblock.lock.held", "{lock}"); n != 0 {
+		t.Errorf("ddblock.lock.held = %d once released, want 0", n)
+	}
+	span := e.one("ddblock.acquire")
+	if attr(span, "ddblock.semaphore").AsString() != "s" || attr(span, "ddblock.sort_key").AsString() != slot.SortKey() ||
+		attr(span, "ddblock.key").AsString() != slot.PartitionKey() || attr(span, "ddblock.outcome").AsString() != "OK" {
+		t.Errorf("semaphore acquire span: %v", span.Attributes())
+	}
+}
