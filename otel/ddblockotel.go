@@ -1,8 +1,8 @@
 // Package ddblockotel reports ddblock's locks to OpenTelemetry: metrics
 // of every acquire, wait, takeover, heartbeat, loss and guarded write,
-// and spans of acquires, releases, guarded writes and election terms,
-// under which the AWS SDK's DynamoDB spans nest. Setup is three lines
-// beside the SDK client's:
+// and spans of acquires, releases, guarded writes, election terms and a
+// lock's loss, the AWS SDK's DynamoDB spans nested under them. Setup is
+// three lines beside the SDK client's:
 //
 //	tel, err := ddblockotel.New(ddblockotel.WithMeterProvider(mp), ddblockotel.WithTracerProvider(tp))
 //	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.TracerProvider = tel.TracerProvider() })
