@@ -8,6 +8,10 @@
 //	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.TracerProvider = tel.TracerProvider() })
 //	client, err := ddblock.New(ddb, tel.ClientOptions()...)
 //
+// A lock's loss (danger, theft) is a span in the trace of the context
+// its acquire was given, and an event on that context's span, the work
+// that took the lock, if that span still records.
+//
 // The metric names, units and attributes, the spans and what to alert
 // on are in the repository's doc/metrics.md. The lock's key is an
 // attribute of spans only, never of metrics, whose series would

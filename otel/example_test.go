@@ -35,7 +35,7 @@ func Example_prometheus() {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	tp := sdktrace.NewTracerProvider() // sdktrace.WithBatcher(yourExporter)
-	mux := http.NewServeMux() // the service's
+	mux := http.NewServeMux()          // the service's
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	// The three lines.

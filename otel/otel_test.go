@@ -503,6 +503,20 @@ func TestLoss(t *testing.T) {
 	if want := []string{"LOCK_IN_DANGER", "LOCK_STOLEN"}; !slices.Equal(outcomes, want) {
 		t.Errorf("loss spans' outcomes %v, want %v", outcomes, want)
 	}
+	// The work's span, still recording then, carries them as events.
+	var events []string
+	for _, ev := range e.one("work").Events() {
+		if ev.Name == "ddblock.lock.loss" {
+			for _, kv := range ev.Attributes {
+				if kv.Key == "ddblock.outcome" {
+					events = append(events, kv.Value.AsString())
+				}
+			}
+		}
+	}
+	if want := []string{"LOCK_IN_DANGER", "LOCK_STOLEN"}; !slices.Equal(events, want) {
+		t.Errorf("the work span's loss events say %v, want %v", events, want)
+	}
 }
 
 // An election term: a span from the win to the resignation, in the trace

@@ -3,6 +3,7 @@ package ddblockotel
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/tracing"
@@ -45,8 +46,45 @@ func (t smithyTracer) StartSpan(ctx context.Context, name string, opts ...tracin
 	if attrs := attributes(&o.Properties); len(attrs) > 0 {
 		sopts = append(sopts, trace.WithAttributes(attrs...))
 	}
+	parent := trace.SpanFromContext(ctx)
 	ctx, s := t.t.Start(ctx, name, sopts...)
+	if name == lossSpan && parent.IsRecording() {
+		return ctx, &lossEventSpan{smithySpan: smithySpan{s: s, name: name}, parent: parent}
+	}
 	return ctx, smithySpan{s: s, name: name}
+}
+
+// lossSpan is the name of ddblock's span of a lock's loss, a child of
+// the span that was current in the context its acquire was given: the
+// work that took the lock (doc/metrics.md).
+const lossSpan = "ddblock.lock.loss"
+
+// lossEventSpan is a loss span whose parent, the work's span, was still
+// recording when it started: the loss is also an event on that span,
+// with the loss span's attributes, where a trace viewer shows it on the
+// work itself.
+type lossEventSpan struct {
+	smithySpan
+	parent trace.Span
+
+	mu    sync.Mutex
+	attrs []attribute.KeyValue
+}
+
+func (s *lossEventSpan) SetProperty(k, v any) {
+	kv := attributeOf(k, v)
+	s.mu.Lock()
+	s.attrs = append(s.attrs, kv)
+	s.mu.Unlock()
+	s.s.SetAttributes(kv)
+}
+
+func (s *lossEventSpan) End() {
+	s.mu.Lock()
+	attrs := s.attrs
+	s.mu.Unlock()
+	s.parent.AddEvent(lossSpan, trace.WithAttributes(attrs...)) // a no-op once the parent has ended
+	s.s.End()
 }
 
 type smithySpan struct {
