@@ -105,6 +105,11 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	if err := c.checkAcquire(pk, &o); err != nil {
 		return nil, err
 	}
+	o.traceCtx = c.traceCtx(ctx)
+	ctx, span := c.startSpan(ctx, spanAcquire)
+	if span != nil {
+		setLockProperties(span, pk, o.SortKey, c.opts.OwnerName)
+	}
 	a := &acquisition{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
 	a.seen, a.seenAt = c.observations.get(a.id)
 	if o.FairWaiting && !once && o.RetryTimeout > 0 {
@@ -117,6 +122,9 @@ func (c *Client) acquire(ctx context.Context, pk string, once bool, opts []Acqui
 	lock, err := a.run(ctx, a, &a.opts)
 	a.line.leave() // won or not, the ticket has served
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-a.start, a.attempts, err)
+	if span != nil {
+		endAcquireSpan(span, a.attempts, lock, err)
+	}
 	return lock, err
 }
 
@@ -594,6 +602,9 @@ func (a *acquisition) won(info *LockInfo, sess *session, sent time.Duration, tak
 		tenure:        info.Tenure,
 		takenFrom:     takenFrom,
 		callback:      a.opts.Callback,
+		fast:          fast,
+		acquired:      sent,
+		traceCtx:      a.opts.traceCtx,
 		status:        StatusLocked,
 		hb:            hbState{rvn: info.RecordVersionNumber},
 		expiry:        info.ExpiryTime,

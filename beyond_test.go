@@ -360,6 +360,7 @@ func (m *metricsLog) LockRecovered()                        { m.add("recovered")
 func (m *metricsLog) LockStolen()                           { m.add("stolen") }
 func (m *metricsLog) CallThrottled(op string)               { m.add("throttled " + op) }
 func (m *metricsLog) HeartbeatRoundLate(time.Duration, int) { m.add("late") }
+func (m *metricsLog) LockEnded(time.Duration)               { m.add("ended") }
 
 func TestMetrics(t *testing.T) {
 	e := newEnv(t)
@@ -387,7 +388,7 @@ func TestMetrics(t *testing.T) {
 	drive(t, clk, c, clk.Monotonic()+6*time.Second)
 	want := map[string]int{
 		"acquire ok=true": 1, "acquire ok=false": 1, "contended": 1,
-		"throttled PutItem": 1, "heartbeat ok=false": 1, "stolen": 1,
+		"throttled PutItem": 1, "heartbeat ok=false": 1, "stolen": 1, "ended": 1,
 	}
 	if diff := cmp.Diff(want, m.all()); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/tracing"
 
 	"github.com/ddblock/ddblock/internal/clock"
 )
@@ -39,6 +40,9 @@ type Client struct {
 	codec itemCodec
 	log   *slog.Logger
 	clock clock.Clock
+	// tracer starts the client's spans; nil without WithTracerProvider
+	// (spans.go).
+	tracer tracing.Tracer
 
 	// ctx lives as long as the client; Close cancels it.
 	ctx    context.Context
@@ -193,6 +197,9 @@ func New(ddb DynamoDBAPI, opts ...Option) (*Client, error) {
 		clock: o.clock,
 		locks: make(map[string]*Lock),
 	}
+	if o.tracer != nil && !isNilTracerProvider(o.tracer) {
+		c.tracer = o.tracer.Tracer(tracerScope)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sendCtx, c.abandonSends = context.WithCancel(context.Background())
 	c.observations = newObservations(o.MaxObservations)
@@ -308,12 +315,18 @@ func (c *Client) reserveHeartbeat() (unreserve func(), refused string) {
 	}), ""
 }
 
-// unregister drops l from the held set, if it is there.
+// unregister drops l from the held set, if it is there, and records
+// the lock's end for Metrics.LockEnded, to run once l.mu is released.
+// l.mu must be held.
 func (c *Client) unregister(l *Lock) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.locks[l.id] != l {
 		return false
+	}
+	if !l.unreported {
+		held := l.heldFor(c.clock.Monotonic())
+		l.reportLocked(func() { c.opts.Metrics.LockEnded(held) })
 	}
 	delete(c.locks, l.id)
 	if l.session != nil {

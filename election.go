@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/tracing"
 	"github.com/ddblock/ddblock/internal/wire"
 )
 
@@ -273,13 +274,48 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 			}
 			return nil, err
 		}
-		lctx, cancel := lock.Context(context.WithoutCancel(ctx))
+		lctx, cancel := lock.Context(e.termContext(ctx, lock))
 		lead := &Leadership{Lock: lock, value: value, ctx: lctx, cancel: cancel}
 		e.mu.Lock()
 		e.lead = lead
 		e.mu.Unlock()
 		return lead, nil
 	}
+}
+
+// termContext is the context a leadership's derives from: ctx's values,
+// and, with a tracer, the span of the term, a child of ctx's span, which
+// ends when the lock does (resigned, stolen, in danger, or the client
+// closed), with that as its outcome. The leader's work under
+// Leadership.Context nests under it.
+func (e *Election) termContext(ctx context.Context, lock *Lock) context.Context {
+	tctx, span := e.c.startSpan(context.WithoutCancel(ctx), spanElectionTerm)
+	if span == nil {
+		return tctx
+	}
+	span.SetProperty(attrElection, e.name)
+	setLockProperties(span, lock.pk, lock.sk, lock.owner)
+	term := lock.tenure
+	if lock.token > 0 {
+		term = strconv.FormatInt(lock.token, 10)
+		span.SetProperty(attrToken, lock.token)
+	}
+	span.SetProperty(attrTerm, term)
+	start := e.c.clock.Monotonic()
+	lockCtx, stop := lock.Context(context.Background()) // ends with the lock
+	context.AfterFunc(lockCtx, func() {
+		defer stop()
+		err := context.Cause(lockCtx)
+		span.SetProperty(attrHeld, (e.c.clock.Monotonic() - start).Seconds())
+		span.SetProperty(attrOutcome, outcome(err))
+		if CodeOf(err) == CodeLockReleased {
+			span.SetStatus(tracing.SpanStatusOK) // resigned
+		} else {
+			span.SetStatus(tracing.SpanStatusError)
+		}
+		span.End()
+	})
+	return tctx
 }
 
 // waitHandover keeps a Campaign that follows this Election's own Resign

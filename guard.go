@@ -191,11 +191,32 @@ func (l *Lock) GuardedWrite(ctx context.Context, in *dynamodb.TransactWriteItems
 
 // guardedWrite is the guarded write of one lock, or of a set's locks
 // (locks are never empty): one guard per lock, then the caller's
-// actions.
+// actions. It is measured and traced as the first lock's.
 func guardedWrite(ctx context.Context, locks []*Lock, in *dynamodb.TransactWriteItemsInput, optFns []func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
+	l := locks[0]
+	if l == nil || l.client == nil {
+		return writeGuarded(ctx, locks, in, optFns)
+	}
+	c := l.client
+	start := c.clock.Monotonic()
+	ctx, span := c.startSpan(ctx, spanGuardedWrite)
+	out, err := writeGuarded(ctx, locks, in, optFns)
+	c.opts.Metrics.GuardedWriteFinished(c.clock.Monotonic()-start, err)
+	if span != nil {
+		setLockProperties(span, l.pk, l.sk, l.owner)
+		if l.token > 0 {
+			span.SetProperty(attrToken, l.token)
+		}
+		endSpan(span, err)
+	}
+	return out, err
+}
+
+// writeGuarded is guardedWrite's work, once ctx is checked.
+func writeGuarded(ctx context.Context, locks []*Lock, in *dynamodb.TransactWriteItemsInput, optFns []func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	for _, l := range locks {
 		if err := l.guardable(); err != nil {
 			return nil, err

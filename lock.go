@@ -63,6 +63,16 @@ type Lock struct {
 	tenure    string
 	takenFrom *LockInfo
 	callback  Callback
+	// fast: taken over by the holder's stamp (see Options.MaxClockSkew).
+	fast bool
+	// acquired is when the acquiring write was sent (monotonic).
+	acquired time.Duration
+	// traceCtx is the acquire's context, for the span of a loss
+	// (spans.go); nil without a tracer.
+	traceCtx context.Context
+	// unreported: given back by Semaphore.Acquire before its acquire
+	// was reported, so its end is not reported either (Metrics.LockEnded).
+	unreported bool
 	// session is the session the lock is attached to, nil when the lock
 	// is heartbeated on its own (see session.go).
 	session *session
@@ -74,7 +84,7 @@ type Lock struct {
 	lastHeartbeat time.Duration // monotonic; for a session's lock, its acquire
 	done          chan struct{}
 	err           error
-	onDone        map[*struct{}]func(error)
+	onDone        map[*doneToken]func(error)
 	// Reports of events to the application's logger and Metrics, run
 	// once mu is released (locks.go); reporting is set while someone
 	// runs them.
@@ -340,7 +350,7 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 	}
 	inner, cancelCause := context.WithCancelCause(parent)
 	ctx = lockContext{Context: inner, lock: l}
-	token := new(struct{})
+	token := new(doneToken)
 	l.mu.Lock()
 	l.checkDangerLocked(l.client.clock.Monotonic())
 	if l.err != nil {
@@ -350,7 +360,7 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 		return ctx, func() { cancelCause(context.Canceled) }
 	}
 	if l.onDone == nil {
-		l.onDone = make(map[*struct{}]func(error))
+		l.onDone = make(map[*doneToken]func(error))
 	}
 	l.onDone[token] = cancelCause
 	l.mu.Unlock()
@@ -361,6 +371,12 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 		cancelCause(context.Canceled)
 	}
 }
+
+// doneToken names one context of Lock.Context in Lock.onDone. It is not
+// of size zero: pointers to distinct zero-size values may be equal (Go
+// allocates them all at one address), and the contexts of two calls
+// would then share one entry, the first never cancelled.
+type doneToken struct{ _ byte }
 
 // lockContext is the context Lock.Context returns: its Err first lets the
 // lock check the clock, which cancels the context if the safe period has
@@ -396,6 +412,9 @@ func (l *Lock) heldLocked() bool {
 // saying CLIENT_SHUTDOWN. Done and the contexts of Lock.Context end once,
 // with the first reason as their cause, as a context's do.
 func (l *Lock) finishLocked(err *Error) {
+	if err.Code == CodeLockInDanger || err.Code == CodeLockStolen {
+		l.traceLossLocked(err.Code)
+	}
 	if l.err != nil {
 		if errRank(err.Code) >= errRank(CodeOf(l.err)) {
 			l.err = err

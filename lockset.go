@@ -201,6 +201,11 @@ func (c *Client) AcquireLocks(ctx context.Context, partitionKeys []string, opts 
 	if err := c.checkSet(partitionKeys, &o); err != nil {
 		return nil, err
 	}
+	o.traceCtx = c.traceCtx(ctx)
+	ctx, span := c.startSpan(ctx, spanAcquire)
+	if span != nil {
+		setLockProperties(span, strings.Join(partitionKeys, ","), o.SortKey, c.opts.OwnerName)
+	}
 	m := &setAcquire{retryLoop: retryLoop{c: c, start: c.clock.Monotonic()}, opts: o}
 	for _, pk := range partitionKeys {
 		a := &acquisition{retryLoop: m.retryLoop, pk: pk, opts: o, id: lockID(pk, o.SortKey)}
@@ -225,6 +230,13 @@ func (c *Client) AcquireLocks(ctx context.Context, partitionKeys []string, opts 
 		l.leave() // won or not, the places have served
 	}
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-m.start, m.attempts, err)
+	if span != nil {
+		var first *Lock
+		if err == nil {
+			first = m.won[0]
+		}
+		endAcquireSpan(span, m.attempts, first, err)
+	}
 	if err != nil {
 		return nil, err
 	}

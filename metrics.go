@@ -10,7 +10,8 @@ import (
 )
 
 // Metrics receives measurements of a client's work, to be wired to any
-// metrics system (doc/metrics.md shows Prometheus and OpenTelemetry).
+// metrics system. The module github.com/ddblock/ddblock/otel implements
+// it on OpenTelemetry's instruments (doc/metrics.md).
 // Methods are called on the client's hot paths and from several
 // goroutines at once: they must be safe for concurrent use and quick.
 // No mutex of the client's is held while one runs, so a slow one delays
@@ -50,6 +51,18 @@ type Metrics interface {
 	// for Options.CallbackWorkers, and the application hears of trouble
 	// later than the lock allows.
 	CallbackLate(waited time.Duration)
+	// LockEnded reports the end of a lock whose acquire was reported
+	// with a nil error, once: released (by Close too) or stolen (its
+	// session lost included). held is the time since its acquiring write
+	// was sent. A lock kept by Close without releaseLocks is still held,
+	// and ends when it is released. Acquires counted up and ends counted
+	// down give the locks held.
+	LockEnded(held time.Duration)
+	// GuardedWriteFinished reports a Lock.GuardedWrite call on a lock of
+	// a client: how long it took and its error (nil when written;
+	// CodeOf gives the outcome, CodeLockNotHeld and
+	// CodeWriteConditionFailed among them).
+	GuardedWriteFinished(latency time.Duration, err error)
 }
 
 // NoMetrics discards every measurement. Embed it in a Metrics
@@ -85,6 +98,12 @@ func (NoMetrics) CallThrottled(string) {}
 
 // CallbackLate does nothing.
 func (NoMetrics) CallbackLate(time.Duration) {}
+
+// LockEnded does nothing.
+func (NoMetrics) LockEnded(time.Duration) {}
+
+// GuardedWriteFinished does nothing.
+func (NoMetrics) GuardedWriteFinished(time.Duration, error) {}
 
 // callOpts returns the per-call SDK options every DynamoDB call of the
 // client carries. They add middlewares to the call's stack around and

@@ -1,11 +1,13 @@
 package ddblock
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/tracing"
 
 	"github.com/ddblock/ddblock/internal/clock"
 	"github.com/ddblock/ddblock/internal/timing"
@@ -172,8 +174,9 @@ type Options struct {
 // refused rather than taken for "not set"), and the clock.
 type settings struct {
 	Options
-	set   settingSet
-	clock clock.Clock
+	set    settingSet
+	clock  clock.Clock
+	tracer tracing.TracerProvider
 }
 
 // settingSet is a set of settings of [Options], one bit each: those whose
@@ -307,6 +310,20 @@ func WithMaxObservations(n int) Option {
 
 // WithMetrics sets [Options.Metrics].
 func WithMetrics(m Metrics) Option { return func(o *settings) { o.Metrics = m } }
+
+// WithTracerProvider makes the client trace its work through tp, the
+// tracer provider type the AWS SDK's dynamodb.Options.TracerProvider
+// takes: a span for each acquire, release, guarded write and election
+// term, started from the context the call was given, and a span when a
+// lock goes into danger or is stolen, in the trace of the context its
+// acquire was given (doc/metrics.md lists them). The DynamoDB calls of
+// those operations carry their span's context, so that the SDK's own
+// spans nest under ddblock's when the SDK client traces through the
+// same provider. The module github.com/ddblock/ddblock/otel adapts
+// OpenTelemetry's providers. Default: no tracing; nil is no tracing.
+func WithTracerProvider(tp tracing.TracerProvider) Option {
+	return func(o *settings) { o.tracer = tp }
+}
 
 // WithLogger sets [Options.Logger].
 func WithLogger(l *slog.Logger) Option { return func(o *settings) { o.Logger = l } }
@@ -592,6 +609,10 @@ type acquireOptions struct {
 	Callback             Callback
 	WaitOnOwn            bool
 	FairWaiting          bool
+	// traceCtx is the context the acquire was given, kept by the lock
+	// for the span of its loss (spans.go); nil without a tracer. No
+	// option sets it.
+	traceCtx context.Context
 }
 
 // AcquireOption changes one setting of an acquire; the With functions

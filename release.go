@@ -46,7 +46,15 @@ func (c *Client) ReleaseLock(ctx context.Context, lock *Lock, opts ...ReleaseOpt
 			opt(&o)
 		}
 	}
+	ctx, span := c.startSpan(ctx, spanRelease)
 	known, err := c.release(ctx, lock)
+	if span != nil {
+		setLockProperties(span, lock.pk, lock.sk, lock.owner)
+		if lock.token > 0 {
+			span.SetProperty(attrToken, lock.token)
+		}
+		endSpan(span, err)
+	}
 	if err != nil && o.BestEffort {
 		if CodeOf(err) != CodeLockNotOwned && !known {
 			c.log.Warn("ddblock: best-effort release failed", "err", err)
@@ -80,7 +88,7 @@ func (c *Client) release(ctx context.Context, l *Lock) (known bool, err error) {
 	l.status = StatusReleased
 	l.finishLocked(l.lockError(CodeLockReleased, "the lock was released", nil))
 	inflight := l.hb.inFlight()
-	l.mu.Unlock()
+	l.unlock() // reports the lock's end (unregister)
 	// Marking the lock released has just cancelled the contexts made from
 	// it (Lock.Context, WithLock's, an election's): ctx may be one of
 	// them, as when WithLock's function releases its own lock. That end

@@ -108,6 +108,8 @@ func (simMetrics) LockRecovered()                                        {}
 func (simMetrics) LockStolen()                                           {}
 func (simMetrics) CallThrottled(string)                                  {}
 func (simMetrics) CallbackLate(time.Duration)                            {}
+func (simMetrics) LockEnded(time.Duration)                               {}
+func (simMetrics) GuardedWriteFinished(time.Duration, error)             {}
 func (m simMetrics) HeartbeatRoundLate(overrun time.Duration, _ int) {
 	m.s.mu.Lock()
 	m.s.late = append(m.s.late, overrun)

@@ -79,6 +79,12 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 		return nil, err
 	}
 	o.SortKey = ""
+	o.traceCtx = c.traceCtx(ctx)
+	ctx, span := c.startSpan(ctx, spanAcquire)
+	if span != nil {
+		span.SetProperty(attrSemaphore, s.name)
+		setLockProperties(span, pk, "", c.opts.OwnerName)
+	}
 	sa := &semaphoreAcquire{retryLoop: retryLoop{c: c, once: once, start: c.clock.Monotonic()}, s: s, opts: o}
 	if o.FairWaiting && !once && o.RetryTimeout > 0 {
 		// One line for the semaphore, at its metadata item's key: its
@@ -92,6 +98,9 @@ func (s *Semaphore) acquire(ctx context.Context, once bool, opts []AcquireOption
 	lock, err := sa.run(ctx, sa, &sa.opts)
 	sa.line.leave()
 	c.opts.Metrics.AcquireFinished(c.clock.Monotonic()-sa.start, sa.attempts, err)
+	if span != nil {
+		endAcquireSpan(span, sa.attempts, lock, err)
+	}
 	return lock, err
 }
 
@@ -181,6 +190,9 @@ func (sa *semaphoreAcquire) confirm(ctx context.Context, lock *Lock) (*Lock, err
 		return lock, nil
 	}
 	// Given back before anyone is told it is held.
+	lock.mu.Lock()
+	lock.unreported = true
+	lock.mu.Unlock()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.HeartbeatTimeout)
 	defer cancel()
 	if rerr := lock.Release(rctx); rerr != nil {
