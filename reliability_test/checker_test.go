@@ -30,9 +30,8 @@ func TestMutualExclusion(t *testing.T) {
 		var short []string
 		rep := res.Report
 		// The run must have done what it claims, or a zero proves nothing.
-		if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-			short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-				res.faults(), res.Kills, res.Pauses, res.Abandons))
+		if s := everyTrouble(res, "kill", "pause", "abandon"); s != "" {
+			short = append(short, s)
 		}
 		// A floor far below the ~300 handoffs of a normal run: it catches
 		// a run that did nothing, not a slow machine.
@@ -54,7 +53,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("set -soak=10m to run the soak")
 	}
 	cfg := defaultChaos(*soakFor)
-	cfg.InProcess, cfg.Workers = 6, 3
+	cfg.Mix = []kind{defaultInProcess(6), defaultWorkers(3, 2)}
 	res := runChaos(t, cfg)
 	fmt.Printf("\n=== ddblock reliability soak ===\n%s\n", res.Summary())
 	if len(res.Report.Violations) > 0 {
@@ -143,10 +142,10 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 // past the lease while they hold locks: the checker must find no overlap.
 func TestWithLockContextAfterPause(t *testing.T) {
 	cfg := defaultChaos(20 * time.Second)
-	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 4, 2, 2
-	cfg.FaultEvery, cfg.AbandonEvery = time.Hour, time.Hour
-	cfg.ProcEvery, cfg.PausesOnly, cfg.TrustContext = 300*time.Millisecond, true, true
-	cfg.PauseMin, cfg.PauseMax = cfg.Lease+200*time.Millisecond, cfg.Lease+800*time.Millisecond
+	cfg.FaultEvery = 0
+	cfg.Mix = []kind{inProcess{N: 4, Shared: 3}, workers{N: 2, Clients: 2,
+		Every: 300 * time.Millisecond, StrikeWithin: 30 * time.Millisecond, PausesOnly: true, TrustContext: true,
+		PauseMin: cfg.Lease + 200*time.Millisecond, PauseMax: cfg.Lease + 800*time.Millisecond}}
 	cfg.LongShare = 0.5
 	res := runChaos(t, cfg)
 	t.Logf("\n%s", res.Summary())
