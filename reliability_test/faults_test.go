@@ -356,7 +356,9 @@ func TestHeartbeatReplyLostIsNotStolen(t *testing.T) {
 	waitHeartbeats(t, c.Client, 1)
 	f := c.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "UpdateItem", Count: 1})
 	eventually(t, 10*time.Second, "the lost reply", func() bool { return f.Injected() == 1 })
-	time.Sleep(300 * time.Millisecond) // three heartbeat periods: the next heartbeats are decided
+	// The next heartbeats meet the item the lost one wrote: three of
+	// them landing (a lock judged stolen is heartbeated no more).
+	waitHeartbeats(t, c.Client, 3)
 	if err := lock.Err(); err != nil {
 		t.Errorf("lock error after one lost heartbeat reply: %v (stats %+v)", err, c.Stats())
 	}
