@@ -105,14 +105,7 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			log.Acquired("b#1", "k", mutexcheck.Now(), lockB.RecordVersionNumber(), lockB.FencingToken(), takenFrom(lockB))
-			for range 20 {
-				tb := mutexcheck.Now()
-				if lockB.Err() != nil {
-					t.Fatalf("b lost the lock: %v", lockB.Err())
-				}
-				log.Step("b#1", tb)
-				time.Sleep(2 * time.Millisecond)
-			}
+			workSteps(t, log, "b#1", lockB, 20)
 			log.Ended("b#1", mutexcheck.Now(), "done")
 			<-aDone
 
@@ -149,6 +142,21 @@ func TestWithLockContextAfterPause(t *testing.T) {
 	cfg.LongShare = 0.5
 	res := runChaos(t, cfg)
 	t.Logf("\n%s", res.Summary())
+}
+
+// workSteps records n verified steps of tenure id under lock, one every
+// 2 ms: each reads the clock, then checks the lock, and only then is
+// recorded with that time. A lost lock fails the test.
+func workSteps(t *testing.T, log *mutexcheck.Log, id string, lock *ddblock.Lock, n int) {
+	t.Helper()
+	for range n {
+		t0 := mutexcheck.Now()
+		if err := lock.Err(); err != nil {
+			t.Fatalf("%s lost its lock: %v", id, err)
+		}
+		log.Step(id, t0)
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // takenFrom names the owner of the held item lock took over, if any.

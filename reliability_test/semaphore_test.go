@@ -121,16 +121,7 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
-			steps := func(id string, lock *ddblock.Lock) {
-				for range 5 {
-					t0 := mutexcheck.Now()
-					if lock.Err() != nil {
-						t.Fatalf("%s lost its lock: %v", id, lock.Err())
-					}
-					log.Step(id, t0)
-					time.Sleep(2 * time.Millisecond)
-				}
-			}
+			steps := func(id string, lock *ddblock.Lock) { workSteps(t, log, id, lock, 5) }
 			work := func(id string, lock *ddblock.Lock, key string) {
 				log.Acquired(id, key, mutexcheck.Now(), lock.RecordVersionNumber(), lock.FencingToken(), "")
 				steps(id, lock)
@@ -283,16 +274,7 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
-			steps := func(id string, lock *ddblock.Lock) {
-				for range 5 {
-					t0 := mutexcheck.Now()
-					if lock.Err() != nil {
-						t.Fatalf("%s lost its lock: %v", id, lock.Err())
-					}
-					log.Step(id, t0)
-					time.Sleep(2 * time.Millisecond)
-				}
-			}
+			steps := func(id string, lock *ddblock.Lock) { workSteps(t, log, id, lock, 5) }
 			held := map[int]*ddblock.Lock{}
 			ids := map[int]string{}
 			for _, id := range []string{"a", "b", "c"} {
