@@ -642,15 +642,7 @@ func (p *inProcessParty) disturb(ctx context.Context) {
 func (c *chaos) addStats(s ddblock.Stats) {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
-	t := &c.stats
-	t.HeartbeatsSent += s.HeartbeatsSent
-	t.HeartbeatsFailed += s.HeartbeatsFailed
-	t.HeartbeatsSkipped += s.HeartbeatsSkipped
-	t.LateRounds += s.LateRounds
-	t.InDanger += s.InDanger
-	t.Recovered += s.Recovered
-	t.Stolen += s.Stolen
-	t.DeadSessionLocks += s.DeadSessionLocks
+	mutexcheck.AddStats(&c.stats, s)
 }
 
 func (c *chaos) problem(format string, args ...any) {
