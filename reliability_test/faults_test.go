@@ -402,7 +402,11 @@ func TestReleaseUnderFaults(t *testing.T) {
 		if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
 			t.Fatalf("GetLock: %+v, %v; want the unreleased item", info, err)
 		}
-		if _, err := other.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(20*time.Millisecond)); err != nil {
+		// The lease is 300 ms; on a starved machine the wait may outlast
+		// the default timeout (the lease and a heartbeat period, 350 ms)
+		// with a call in flight, but not half a minute.
+		if _, err := other.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(20*time.Millisecond),
+			ddblock.WithRetryTimeout(30*time.Second)); err != nil {
 			t.Errorf("taking over the unreleased lock: %v", err)
 		}
 	})
