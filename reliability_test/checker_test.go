@@ -71,18 +71,37 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			p := e.proxy()
+			// a's lease is short, for b to take its lock over soon; b's
+			// safe period is long, for a loaded machine not to eat it
+			// while b works (the takeover waits for a's lease).
 			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
 			a := e.client(ddbtest.Shared(t).ClientFor(p.URL(), 1), append(opts, ddblock.WithOwnerName("a"))...)
-			b := e.client(e.direct, append(opts, ddblock.WithOwnerName("b"))...)
+			b := e.client(e.direct, append(times(100*time.Millisecond, 10*time.Second, 15*time.Second), ddblock.WithOwnerName("b"))...)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
 			ctx := context.Background()
 
-			lockA, err := a.AcquireLock(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
+			// The scene begins with a working under a sound lock: a
+			// machine that stalls past a's safe period while a acquires
+			// leaves it a lock in danger, given back and taken again.
+			var lockA *ddblock.Lock
+			for try := 1; ; try++ {
+				var err error
+				if lockA, err = a.AcquireLock(ctx, "k", uncontended); err != nil {
+					t.Fatal(err)
+				}
+				acquired := mutexcheck.Now()
+				t0 := mutexcheck.Now()
+				if lockA.Err() == nil {
+					log.Acquired("a#1", "k", acquired, lockA.RecordVersionNumber(), lockA.FencingToken(), "")
+					log.Step("a#1", t0)
+					break
+				}
+				if try == 10 {
+					t.Fatalf("a's lock was in danger as soon as acquired, ten times: %v", lockA.Err())
+				}
+				_ = lockA.Release(ctx)
 			}
-			log.Acquired("a#1", "k", mutexcheck.Now(), lockA.RecordVersionNumber(), lockA.FencingToken(), "")
 			p.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole}) // a is cut off
 
 			aDone := make(chan struct{})
@@ -100,7 +119,7 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 				log.Ended("a#1", mutexcheck.Now(), "done")
 			}()
 
-			lockB, err := b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(10*time.Millisecond), ddblock.WithRetryTimeout(5*time.Second))
+			lockB, err := b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(10*time.Millisecond), ddblock.WithRetryTimeout(30*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
