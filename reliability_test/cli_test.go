@@ -233,7 +233,9 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer errOut.Close()
-	cmd := exec.Command(bin, "run", "--endpoint", srv.Endpoint, "--table", e.table, "--lease", "1s", "--heartbeat", "100ms",
+	// A lease a loaded machine cannot eat while the command escapes: the
+	// run ends, and releases the lock, as soon as it has.
+	cmd := exec.Command(bin, "run", "--endpoint", srv.Endpoint, "--table", e.table, "--lease", "10s", "--heartbeat", "100ms",
 		"k", "--", self, stepperArg, logPath, "run#1", "10s", "5ms", "escape")
 	cmd.Env = ddblockEnv(srv)
 	cmd.Stdout, cmd.Stderr = out, errOut
@@ -248,19 +250,30 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 	// ddblock run ended and released the lock; a library holder takes it.
 	var buf bytes.Buffer
 	log := mutexcheck.NewLog(&buf)
-	c := e.client(e.direct, times(100*time.Millisecond, 500*time.Millisecond, time.Second)...)
+	// A long safe period, for a loaded machine not to eat it.
+	c := e.client(e.direct, times(100*time.Millisecond, 10*time.Second, 15*time.Second)...)
 	lock, err := c.AcquireLock(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log.Acquired("lib#1", "k", mutexcheck.Now(), lock.RecordVersionNumber(), 0, "")
-	for range 20 {
+	step := func() {
 		t0 := mutexcheck.Now()
 		if lock.Err() == nil {
 			log.Step("lib#1", t0)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	// lib works until the escaped command has stepped twice more since
+	// lib's first step (the second of them read its clock after it),
+	// however starved the machine, for the command's ten seconds at most.
+	stepsOfRun := func() int { return strings.Count(readOr(logPath), "S run#1 ") }
+	step()
+	before := stepsOfRun()
+	for deadline := time.Now().Add(10 * time.Second); stepsOfRun() < before+2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		step()
+	}
+	step()
 	_ = lock.Release(context.Background())
 	events, err := mutexcheck.Parse(strings.NewReader(readOr(logPath) + buf.String()))
 	if err != nil {
