@@ -30,9 +30,8 @@ func TestMutualExclusion(t *testing.T) {
 		var short []string
 		rep := res.Report
 		// The run must have done what it claims, or a zero proves nothing.
-		if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-			short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-				res.faults(), res.Kills, res.Pauses, res.Abandons))
+		if s := everyTrouble(res, "kill", "pause", "abandon"); s != "" {
+			short = append(short, s)
 		}
 		// A floor far below the ~300 handoffs of a normal run: it catches
 		// a run that did nothing, not a slow machine.
@@ -54,7 +53,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("set -soak=10m to run the soak")
 	}
 	cfg := defaultChaos(*soakFor)
-	cfg.InProcess, cfg.Workers = 6, 3
+	cfg.Mix = []kind{defaultInProcess(6), defaultWorkers(3, 2)}
 	res := runChaos(t, cfg)
 	fmt.Printf("\n=== ddblock reliability soak ===\n%s\n", res.Summary())
 	if len(res.Report.Violations) > 0 {
@@ -72,18 +71,37 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			p := e.proxy()
+			// a's lease is short, for b to take its lock over soon; b's
+			// safe period is long, for a loaded machine not to eat it
+			// while b works (the takeover waits for a's lease).
 			opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
 			a := e.client(ddbtest.Shared(t).ClientFor(p.URL(), 1), append(opts, ddblock.WithOwnerName("a"))...)
-			b := e.client(e.direct, append(opts, ddblock.WithOwnerName("b"))...)
+			b := e.client(e.direct, append(times(100*time.Millisecond, 10*time.Second, 15*time.Second), ddblock.WithOwnerName("b"))...)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
 			ctx := context.Background()
 
-			lockA, err := a.AcquireLock(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
+			// The scene begins with a working under a sound lock: a
+			// machine that stalls past a's safe period while a acquires
+			// leaves it a lock in danger, given back and taken again.
+			var lockA *ddblock.Lock
+			for try := 1; ; try++ {
+				var err error
+				if lockA, err = a.AcquireLock(ctx, "k", uncontended); err != nil {
+					t.Fatal(err)
+				}
+				acquired := mutexcheck.Now()
+				t0 := mutexcheck.Now()
+				if lockA.Err() == nil {
+					log.Acquired("a#1", "k", acquired, lockA.RecordVersionNumber(), lockA.FencingToken(), "")
+					log.Step("a#1", t0)
+					break
+				}
+				if try == 10 {
+					t.Fatalf("a's lock was in danger as soon as acquired, ten times: %v", lockA.Err())
+				}
+				_ = lockA.Release(ctx)
 			}
-			log.Acquired("a#1", "k", mutexcheck.Now(), lockA.RecordVersionNumber(), lockA.FencingToken(), "")
 			p.MustInject(faultproxy.Rule{Kind: faultproxy.BlackHole}) // a is cut off
 
 			aDone := make(chan struct{})
@@ -101,19 +119,12 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 				log.Ended("a#1", mutexcheck.Now(), "done")
 			}()
 
-			lockB, err := b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(10*time.Millisecond), ddblock.WithRetryTimeout(5*time.Second))
+			lockB, err := b.AcquireLock(ctx, "k", ddblock.WithRetryPeriod(10*time.Millisecond), ddblock.WithRetryTimeout(30*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
 			log.Acquired("b#1", "k", mutexcheck.Now(), lockB.RecordVersionNumber(), lockB.FencingToken(), takenFrom(lockB))
-			for range 20 {
-				tb := mutexcheck.Now()
-				if lockB.Err() != nil {
-					t.Fatalf("b lost the lock: %v", lockB.Err())
-				}
-				log.Step("b#1", tb)
-				time.Sleep(2 * time.Millisecond)
-			}
+			workSteps(t, log, "b#1", lockB, 20)
 			log.Ended("b#1", mutexcheck.Now(), "done")
 			<-aDone
 
@@ -143,13 +154,28 @@ func TestCheckerCatchesCarelessHolder(t *testing.T) {
 // past the lease while they hold locks: the checker must find no overlap.
 func TestWithLockContextAfterPause(t *testing.T) {
 	cfg := defaultChaos(20 * time.Second)
-	cfg.InProcess, cfg.Workers, cfg.ClientsPerWorker = 4, 2, 2
-	cfg.FaultEvery, cfg.AbandonEvery = time.Hour, time.Hour
-	cfg.ProcEvery, cfg.PausesOnly, cfg.TrustContext = 300*time.Millisecond, true, true
-	cfg.PauseMin, cfg.PauseMax = cfg.Lease+200*time.Millisecond, cfg.Lease+800*time.Millisecond
+	cfg.FaultEvery = 0
+	cfg.Mix = []kind{inProcess{N: 4, Shared: 3}, workers{N: 2, Clients: 2,
+		Every: 300 * time.Millisecond, StrikeWithin: 30 * time.Millisecond, PausesOnly: true, TrustContext: true,
+		PauseMin: cfg.Lease + 200*time.Millisecond, PauseMax: cfg.Lease + 800*time.Millisecond}}
 	cfg.LongShare = 0.5
 	res := runChaos(t, cfg)
 	t.Logf("\n%s", res.Summary())
+}
+
+// workSteps records n verified steps of tenure id under lock, one every
+// 2 ms: each reads the clock, then checks the lock, and only then is
+// recorded with that time. A lost lock fails the test.
+func workSteps(t *testing.T, log *mutexcheck.Log, id string, lock *ddblock.Lock, n int) {
+	t.Helper()
+	for range n {
+		t0 := mutexcheck.Now()
+		if err := lock.Err(); err != nil {
+			t.Fatalf("%s lost its lock: %v", id, err)
+		}
+		log.Step(id, t0)
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // takenFrom names the owner of the held item lock took over, if any.

@@ -20,12 +20,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -154,67 +152,6 @@ func ddblockEnv(srv *ddbtest.Server) []string {
 	return append(srv.ChildEnv(env), "AWS_MAX_ATTEMPTS=1")
 }
 
-// cliChaosConfig sizes one run of TestMutualExclusionWithRun.
-type cliChaosConfig struct {
-	Duration time.Duration
-	Keys     int
-	// InProcess library holders and Runs slots of `ddblock run`, each
-	// behind a fault proxy of its own.
-	InProcess, Runs int
-	// Slots makes each key a semaphore of that many slots as well: the
-	// `run --slots` holders take its slots, the library's plain holders
-	// take its first slots directly now and then (DirectSlots), and the
-	// checker counts its holders against the limit.
-	Slots                  int
-	Heartbeat, Safe, Lease time.Duration
-	HoldMin, HoldMax, Step time.Duration
-	LongShare              float64
-	LongMin, LongMax       time.Duration
-	// RunHoldMin and RunHoldMax bound a ddblock run's command: long
-	// enough, mostly, to be struck while it works.
-	RunHoldMin, RunHoldMax           time.Duration
-	FaultEvery, DisturbEvery         time.Duration
-	IgnoreTermShare                  float64
-	MaxClockSkew                     time.Duration
-	Seed                             uint64
-	RetryPeriod, InProcAcquireWithin time.Duration
-}
-
-// cliChaos is one run in progress.
-type cliChaos struct {
-	t       *testing.T
-	cfg     cliChaosConfig
-	env     *env
-	srv     *ddbtest.Server
-	bin     string // ddblock
-	self    string // this test binary: the stepper
-	dir     string
-	keys    []string
-	events  *mutexcheck.Log // in-process holders, and the run slots' failures
-	proxies []*faultproxy.Proxy
-	targets []string // whom each proxy's faults strike (see chaos.targets)
-	slots   []*runSlot
-
-	problemsMu sync.Mutex
-	problems   []string
-
-	// What happened to the run slots, by kind.
-	ddblockPauses, ddblockLongPauses, ddblockKills, guardKills, guardPauses atomic.Int64
-	exits                                                                   sync.Map // exit status -> *atomic.Int64
-	notRenewed                                                              atomic.Int64
-}
-
-func (c *cliChaos) problem(format string, args ...any) {
-	c.problemsMu.Lock()
-	defer c.problemsMu.Unlock()
-	c.problems = append(c.problems, fmt.Sprintf(format, args...))
-}
-
-func (c *cliChaos) countExit(code int) {
-	v, _ := c.exits.LoadOrStore(code, new(atomic.Int64))
-	v.(*atomic.Int64).Add(1)
-}
-
 // TestMutualExclusionWithRun runs the checker over library holders and
 // `ddblock run` holders on the same keys, under faults, with ddblock
 // processes paused alone and killed, and guards killed and paused.
@@ -222,29 +159,28 @@ func TestMutualExclusionWithRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	cfg := cliChaosConfig{
-		Duration: 20 * time.Second,
-		Keys:     3,
-		// Every library flavour (plain, fencing, fast, session,
-		// session-fast) and every kind of run: plain, fencing tokens, fast
-		// takeover, a session, a slot, a slot on a session.
-		InProcess: 5, Runs: 6, Slots: 2,
-		// A lease of a second leaves the guard 300 ms between its SIGKILL
-		// (safe + grace) and the earliest takeover, however loaded the
-		// machine.
-		Heartbeat: 100 * time.Millisecond, Safe: 500 * time.Millisecond, Lease: time.Second,
-		HoldMin: 5 * time.Millisecond, HoldMax: 60 * time.Millisecond, Step: 2 * time.Millisecond,
-		LongShare: 0.2, LongMin: 300 * time.Millisecond, LongMax: 1500 * time.Millisecond,
-		RunHoldMin: 20 * time.Millisecond, RunHoldMax: 2 * time.Second,
-		FaultEvery: 300 * time.Millisecond, DisturbEvery: 500 * time.Millisecond,
-		IgnoreTermShare:     0.3,
-		MaxClockSkew:        50 * time.Millisecond,
-		Seed:                uint64(time.Now().UnixNano()),
-		RetryPeriod:         50 * time.Millisecond,
-		InProcAcquireWithin: 3 * time.Second,
-	}
-	rep, c := runWithRun(t, cfg)
-	t.Logf("\n%s", c.summary(rep))
+	cfg := defaultChaos(20 * time.Second)
+	cfg.Keys = 3
+	// A lease of a second leaves the guard 300 ms between its SIGKILL
+	// (safe + grace) and the earliest takeover, however loaded the
+	// machine.
+	cfg.Heartbeat, cfg.Safe, cfg.Lease = 100*time.Millisecond, 500*time.Millisecond, time.Second
+	cfg.HoldMax = 60 * time.Millisecond
+	cfg.LongShare, cfg.LongMin, cfg.LongMax = 0.2, 300*time.Millisecond, 1500*time.Millisecond
+	cfg.FaultEvery, cfg.RetryPeriod, cfg.Attempts = 300*time.Millisecond, 50*time.Millisecond, 1
+	// Every key a semaphore of 2 slots as well: the `run --slots`
+	// holders take its slots, the library's holders take them too, and
+	// the checker counts its holders against the limit.
+	cfg.SemaphoreSlots = 2
+	// Every library flavour (plain, fencing, fast, session,
+	// session-fast), one goroutine each, and every kind of run: plain,
+	// fencing tokens, fast takeover, a session, a slot, a slot on a
+	// session.
+	cfg.Mix = []kind{inProcess{N: 5}, ddblockRuns{N: 6, HoldMin: 20 * time.Millisecond, HoldMax: 2 * time.Second,
+		Every: 500 * time.Millisecond, IgnoreTermShare: 0.3}}
+	res := runChaos(t, cfg)
+	t.Logf("\n%s", res.Summary())
+	rep := res.Report
 	// The run must have done what it claims, or a zero proves nothing.
 	for _, kind := range []string{"session", "session-fast", "slots", "slots-session"} {
 		if rep.ByKind[kind] == 0 {
@@ -252,16 +188,17 @@ func TestMutualExclusionWithRun(t *testing.T) {
 		}
 	}
 	if len(rep.Limits) != cfg.Keys {
-		t.Errorf("limits declared for %v; want every key as a semaphore of %d slots", rep.Limits, cfg.Slots)
+		t.Errorf("limits declared for %v; want every key as a semaphore of %d slots", rep.Limits, cfg.SemaphoreSlots)
 	}
-	if c.ddblockLongPauses.Load() == 0 || c.ddblockKills.Load() == 0 || c.guardKills.Load() == 0 || c.guardPauses.Load() == 0 {
+	s := res.Struck
+	if s["ddblock-long-pause"] == 0 || s["ddblock-kill"] == 0 || s["guard-kill"] == 0 || s["guard-pause"] == 0 {
 		t.Errorf("every kind of trouble must strike a holding ddblock run at least once: long pauses of ddblock %d, ddblock kills %d, guard kills %d, guard pauses %d",
-			c.ddblockLongPauses.Load(), c.ddblockKills.Load(), c.guardKills.Load(), c.guardPauses.Load())
+			s["ddblock-long-pause"], s["ddblock-kill"], s["guard-kill"], s["guard-pause"])
 	}
-	if c.notRenewed.Load() == 0 {
+	if s["not-renewed"] == 0 {
 		t.Error("no guard ever stopped a command for want of a heartbeat: the pauses never tested the guard")
 	}
-	runTenures, libTenures := c.tenures()
+	runTenures, libTenures := res.Acquired["run"], res.Acquired["g"]
 	if runTenures < 10 || libTenures < 20 {
 		t.Errorf("%d ddblock run tenures and %d library tenures: too few to show anything", runTenures, libTenures)
 	}
@@ -296,7 +233,9 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer errOut.Close()
-	cmd := exec.Command(bin, "run", "--endpoint", srv.Endpoint, "--table", e.table, "--lease", "1s", "--heartbeat", "100ms",
+	// A lease a loaded machine cannot eat while the command escapes: the
+	// run ends, and releases the lock, as soon as it has.
+	cmd := exec.Command(bin, "run", "--endpoint", srv.Endpoint, "--table", e.table, "--lease", "10s", "--heartbeat", "100ms",
 		"k", "--", self, stepperArg, logPath, "run#1", "10s", "5ms", "escape")
 	cmd.Env = ddblockEnv(srv)
 	cmd.Stdout, cmd.Stderr = out, errOut
@@ -311,19 +250,30 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 	// ddblock run ended and released the lock; a library holder takes it.
 	var buf bytes.Buffer
 	log := mutexcheck.NewLog(&buf)
-	c := e.client(e.direct, times(100*time.Millisecond, 500*time.Millisecond, time.Second)...)
+	// A long safe period, for a loaded machine not to eat it.
+	c := e.client(e.direct, times(100*time.Millisecond, 10*time.Second, 15*time.Second)...)
 	lock, err := c.AcquireLock(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log.Acquired("lib#1", "k", mutexcheck.Now(), lock.RecordVersionNumber(), 0, "")
-	for range 20 {
+	step := func() {
 		t0 := mutexcheck.Now()
 		if lock.Err() == nil {
 			log.Step("lib#1", t0)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	// lib works until the escaped command has stepped twice more since
+	// lib's first step (the second of them read its clock after it),
+	// however starved the machine, for the command's ten seconds at most.
+	stepsOfRun := func() int { return strings.Count(readOr(logPath), "S run#1 ") }
+	step()
+	before := stepsOfRun()
+	for deadline := time.Now().Add(10 * time.Second); stepsOfRun() < before+2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		step()
+	}
+	step()
 	_ = lock.Release(context.Background())
 	events, err := mutexcheck.Parse(strings.NewReader(readOr(logPath) + buf.String()))
 	if err != nil {
@@ -336,71 +286,36 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 	t.Logf("caught: %s", rep.Violations[0])
 }
 
-// runWithRun runs the mixed checker and returns its report; it fails the
-// test on any violation, unclear error, harness problem, or unexpected
-// exit of a ddblock process.
-func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos) {
-	c := &cliChaos{t: t, cfg: cfg, env: newEnv(t), srv: ddbtest.Shared(t), bin: ddblockBinary(t), dir: t.TempDir()}
-	var err error
-	if c.self, err = os.Executable(); err != nil {
-		t.Fatal(err)
-	}
-	if *logDir != "" {
-		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
-		if err := os.MkdirAll(c.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("event logs in %s", c.dir)
-	}
-	for i := range cfg.Keys {
-		c.keys = append(c.keys, fmt.Sprintf("key-%d", i))
-	}
-	f, err := os.Create(filepath.Join(c.dir, "inprocess.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c.events = mutexcheck.NewLog(f)
+// ddblockRuns is N slots of `ddblock run` ("run0-plain", ...), each
+// running one `ddblock run` after another behind a proxy of its own, in
+// turn plain, with fencing tokens, fast takeover, a session, and with
+// SemaphoreSlots a slot and a slot on a session. A run's command (the
+// stepper) works for HoldMin to HoldMax (long enough, mostly, to be
+// struck while it works); an IgnoreTermShare of them die only of
+// SIGKILL. About every Every, one that holds its lock is struck: its
+// ddblock paused alone or killed, or its guard killed or paused.
+type ddblockRuns struct {
+	N                int
+	HoldMin, HoldMax time.Duration
+	Every            time.Duration
+	IgnoreTermShare  float64
+}
 
-	holders, stopHolders := context.WithCancel(context.Background())
-	defer stopHolders()
-	var wg sync.WaitGroup
-	flavours := mutexcheck.Flavours(cfg.MaxClockSkew)
-	wg.Go(func() { mutexcheck.WatchStalls(holders, c.events, "inproc") })
-	for i := range cfg.InProcess {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		fl := flavours[i%len(flavours)]
-		name := fmt.Sprintf("lib%d-%s", i, fl.Name)
-		c.targets = append(c.targets, name)
-		opts := append(append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease), ddblock.WithOwnerName(name)), fl.Options...)
-		api := &mutexcheck.Recorder{API: ddbtest.NewClient(p.URL(), c.srv.External, 1), Client: name, Log: c.events}
-		client := c.env.client(api, opts...)
-		h := &mutexcheck.Holder{
-			ID: name, Client: client, Keys: c.keys, Log: c.events,
-			HoldMin: cfg.HoldMin, HoldMax: cfg.HoldMax, StepEvery: cfg.Step,
-			LongShare: cfg.LongShare, LongMin: cfg.LongMin, LongMax: cfg.LongMax,
-			AcquireTimeout: cfg.InProcAcquireWithin,
-			AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(cfg.RetryPeriod)},
-			UseWithLock:    i%2 == 1,
-			Seed:           cfg.Seed + uint64(i),
-			CallsRecorded:  true,
-		}
-		if !h.UseWithLock {
-			h.DirectSlots = cfg.Slots
-		}
-		wg.Go(func() {
-			if err := h.Run(holders); err != nil {
-				c.problem("holder %s: %v", name, err)
-			}
-		})
+func (k ddblockRuns) describe() string { return fmt.Sprintf("%d ddblock run slots", k.N) }
+
+func (k ddblockRuns) start(c *chaos, ctx context.Context) party {
+	p := &runsParty{c: c, k: k, srv: ddbtest.Shared(c.t), bin: ddblockBinary(c.t)}
+	var err error
+	if p.self, err = os.Executable(); err != nil {
+		c.t.Fatal(err)
 	}
-	if cfg.Slots > 0 {
+	cfg := c.cfg
+	if cfg.SemaphoreSlots > 0 {
 		for _, key := range c.keys {
-			c.events.Limit("harness", key, mutexcheck.Now(), cfg.Slots)
+			c.log.Limit("harness", key, mutexcheck.Now(), cfg.SemaphoreSlots)
 		}
 	}
-	slots := strconv.Itoa(cfg.Slots)
+	slots := strconv.Itoa(cfg.SemaphoreSlots)
 	runFlavours := []struct {
 		kind  string
 		flags []string
@@ -412,118 +327,38 @@ func runWithRun(t *testing.T, cfg cliChaosConfig) (mutexcheck.Report, *cliChaos)
 		{"slots", []string{"--slots", slots}},
 		{"slots-session", []string{"--slots", slots, "--session"}},
 	}
-	for i := range cfg.Runs {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
+	for i := range k.N {
 		fl := runFlavours[i%len(runFlavours)]
-		if cfg.Slots == 0 && strings.HasPrefix(fl.kind, "slots") {
+		if cfg.SemaphoreSlots == 0 && strings.HasPrefix(fl.kind, "slots") {
 			fl = runFlavours[i%3]
 		}
-		s := &runSlot{c: c, name: fmt.Sprintf("run%d-%s", i, fl.kind), proxy: p, flags: fl.flags,
+		name := fmt.Sprintf("run%d-%s", i, fl.kind)
+		s := &runSlot{p: p, name: name, proxy: c.proxy(name + "*"), flags: fl.flags,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))}
-		c.targets = append(c.targets, s.name+"*")
 		// A run waits as AcquireLock does by default: it looks every
 		// heartbeat period.
 		flags := []string{"cli"}
 		if slices.Contains(fl.flags, "--session") {
 			flags = append(flags, "session")
 		}
-		c.events.Params(s.name, s.name, s.name, mutexcheck.Now(), cfg.Lease, cfg.Heartbeat, cfg.Heartbeat, flags...)
-		c.slots = append(c.slots, s)
-		wg.Go(func() { s.loop(holders) })
+		c.log.Params(s.name, s.name, s.name, mutexcheck.Now(), cfg.Lease, cfg.Heartbeat, cfg.Heartbeat, flags...)
+		p.slots = append(p.slots, s)
+		c.running.Go(func() { s.loop(ctx) })
 	}
-
-	chaos, stopChaos := context.WithTimeout(context.Background(), cfg.Duration)
-	defer stopChaos()
-	var chaosDone sync.WaitGroup
-	chaosDone.Go(func() { c.injectFaults(chaos) })
-	chaosDone.Go(func() { c.disturb(chaos) })
-	<-chaos.Done()
-	chaosDone.Wait()
-	for _, p := range c.proxies {
-		p.Clear()
-	}
-	stopHolders()
-	wg.Wait()
-
-	rep := mutexcheck.Check(c.allEvents())
-	for _, p := range c.problems {
-		t.Errorf("harness: %s", p)
-	}
-	for _, v := range rep.Violations {
-		t.Errorf("MUTUAL EXCLUSION VIOLATED: %s", v)
-	}
-	for _, u := range rep.Unclear {
-		t.Errorf("unclear error from %s (%s): %s", u.Tenure, u.Key, u.Detail)
-	}
-	for _, p := range rep.Problems {
-		t.Errorf("inconsistent record: %s", p)
-	}
-	for _, v := range rep.FencingViolations {
-		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
-	}
-	reportProgress(t, rep)
-	c.checkKeysFree(rep.MaxToken)
-	return rep, c
+	return p
 }
 
-// allEvents reads every event log of the run.
-func (c *cliChaos) allEvents() []mutexcheck.Event {
-	files, err := filepath.Glob(filepath.Join(c.dir, "*.log"))
-	if err != nil || len(files) == 0 {
-		c.t.Fatalf("no event logs in %s: %v", c.dir, err)
-	}
-	var events []mutexcheck.Event
-	for _, name := range files {
-		evs, err := mutexcheck.Parse(strings.NewReader(readOr(name)))
-		if err != nil {
-			c.t.Errorf("%s: %v", name, err)
-		}
-		events = append(events, evs...)
-	}
-	return events
+// runsParty is the `ddblock run` slots of a run.
+type runsParty struct {
+	c     *chaos
+	k     ddblockRuns
+	srv   *ddbtest.Server
+	bin   string // ddblock
+	self  string // this test binary: the stepper
+	slots []*runSlot
 }
 
-// checkKeysFree checks that no lock item was lost or corrupted: a fresh
-// client without faults takes every key within a lease and more, with a
-// fencing token above every one of the run, and releases it.
-func (c *cliChaos) checkKeysFree(maxToken map[string]int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	fresh := c.env.client(c.env.direct, append(times(c.cfg.Heartbeat, c.cfg.Safe, c.cfg.Lease), ddblock.WithFencingTokens())...)
-	for _, key := range c.keys {
-		// Each key's plain lock, and each slot of the semaphore of the
-		// same name, logged as "KEY/slot-I".
-		sortKeys := map[string]string{key: ddblock.DefaultSortKey}
-		for i := range c.cfg.Slots {
-			sortKeys[fmt.Sprintf("%s/slot-%d", key, i)] = fmt.Sprintf("slot-%d", i)
-		}
-		for logKey, sk := range sortKeys {
-			lock, err := fresh.AcquireLock(ctx, key, ddblock.WithSortKeyValue(sk),
-				ddblock.WithRetryPeriod(c.cfg.RetryPeriod), ddblock.WithRetryTimeout(c.cfg.Lease+5*time.Second))
-			if err != nil {
-				c.t.Errorf("after the run, %s could not be acquired: %v", logKey, err)
-				continue
-			}
-			if tok := lock.FencingToken(); tok <= maxToken[logKey] {
-				c.t.Errorf("after the run, %s got fencing token %d, not above the run's %d", logKey, tok, maxToken[logKey])
-			}
-			if err := lock.Release(ctx, ddblock.WithBestEffort(false)); err != nil {
-				c.t.Errorf("after the run, %s could not be released: %v", logKey, err)
-			}
-		}
-	}
-}
-
-// injectFaults switches a random fault on at a random proxy every so
-// often, for a random while: slow calls, spikes past the safe period,
-// errors, dropped connections and replies, partitions.
-func (c *cliChaos) injectFaults(ctx context.Context) {
-	injectFaultsEvery(ctx, faultPlan{
-		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.events,
-		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, false) }, problem: c.problem,
-	})
-}
+func (p *runsParty) stop() {}
 
 // strikes is the order of the disturber's strikes, over and over: ddblock
 // alone paused (from a heartbeat period to past the lease and safe period
@@ -533,17 +368,18 @@ func (c *cliChaos) injectFaults(ctx context.Context) {
 var strikes = []string{"pause", "kill", "kill-guard", "pause-guard", "pause", "pause", "pause"}
 
 // disturb strikes a `ddblock run` that holds its lock, every so often.
-func (c *cliChaos) disturb(ctx context.Context) {
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
-	for n := 0; sleep(ctx, around(rng, c.cfg.DisturbEvery)); {
-		ddblockPid, guardPid, ok := c.holding(ctx, rng, 3*time.Second)
+func (p *runsParty) disturb(ctx context.Context) {
+	c := p.c
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 4))
+	for n := 0; sleep(ctx, around(rng, p.k.Every)); {
+		ddblockPid, guardPid, ok := p.holding(ctx, rng, 3*time.Second)
 		if !ok {
 			continue
 		}
 		// Strike at a random point of the tenure.
 		time.Sleep(time.Duration(rng.Int64N(int64(100 * time.Millisecond))))
 		d := c.cfg.Heartbeat + time.Duration(rng.Int64N(int64(2*c.cfg.Lease+c.cfg.Safe)))
-		if c.ddblockLongPauses.Load() == 0 {
+		if c.counted("ddblock-long-pause") == 0 {
 			// Until one has happened, a pause of ddblock outlasts the
 			// lease: the case the guard exists for is not left to chance.
 			d = c.cfg.Lease + c.cfg.Heartbeat + time.Duration(rng.Int64N(int64(c.cfg.Lease)))
@@ -552,22 +388,22 @@ func (c *cliChaos) disturb(ctx context.Context) {
 		switch strikes[n%len(strikes)] {
 		case "pause":
 			if struck = stopFor(ddblockPid, d); struck {
-				c.ddblockPauses.Add(1)
+				c.count("ddblock-pause")
 				if d > c.cfg.Lease {
-					c.ddblockLongPauses.Add(1)
+					c.count("ddblock-long-pause")
 				}
 			}
 		case "kill":
 			if struck = syscall.Kill(ddblockPid, syscall.SIGKILL) == nil; struck {
-				c.ddblockKills.Add(1)
+				c.count("ddblock-kill")
 			}
 		case "kill-guard":
 			if struck = syscall.Kill(guardPid, syscall.SIGKILL) == nil; struck {
-				c.guardKills.Add(1)
+				c.count("guard-kill")
 			}
 		case "pause-guard":
 			if struck = stopFor(guardPid, d); struck {
-				c.guardPauses.Add(1)
+				c.count("guard-pause")
 			}
 		}
 		if struck {
@@ -580,11 +416,11 @@ func (c *cliChaos) disturb(ctx context.Context) {
 // holding waits, at most limit, until one of the `ddblock run` slots has
 // its command working under the lock, and returns the pids of its
 // ddblock and its guard.
-func (c *cliChaos) holding(ctx context.Context, rng *rand.Rand, limit time.Duration) (ddblockPid, guardPid int, ok bool) {
+func (p *runsParty) holding(ctx context.Context, rng *rand.Rand, limit time.Duration) (ddblockPid, guardPid int, ok bool) {
 	deadline := time.Now().Add(limit)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		for _, i := range rng.Perm(len(c.slots)) {
-			if ddblockPid, guardPid, ok := c.slots[i].holding(); ok {
+		for _, i := range rng.Perm(len(p.slots)) {
+			if ddblockPid, guardPid, ok := p.slots[i].holding(); ok {
 				return ddblockPid, guardPid, true
 			}
 		}
@@ -603,55 +439,9 @@ func stopFor(pid int, d time.Duration) bool {
 	return true
 }
 
-// tenures counts the acquisitions of the ddblock run holders and of the
-// library's.
-func (c *cliChaos) tenures() (run, lib int) {
-	for _, ev := range c.allEvents() {
-		if ev.Kind == mutexcheck.Acquired {
-			if strings.HasPrefix(ev.Tenure, "run") {
-				run++
-			} else {
-				lib++
-			}
-		}
-	}
-	return run, lib
-}
-
-// summary formats the run's figures.
-func (c *cliChaos) summary(rep mutexcheck.Report) string {
-	var b strings.Builder
-	cfg := c.cfg
-	fmt.Fprintf(&b, "run: %v, %d keys, %d library holders + %d ddblock run slots; heartbeat %v, safe %v, lease %v; seed %d\n",
-		cfg.Duration, cfg.Keys, cfg.InProcess, cfg.Runs, cfg.Heartbeat, cfg.Safe, cfg.Lease, cfg.Seed)
-	fmt.Fprintf(&b, "machine: %s/%s, %d CPUs, %s, race detector %v; timestamps from %s\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), raceEnabled, mutexcheck.ClockName)
-	b.WriteString(rep.Summary())
-	run, lib := c.tenures()
-	fmt.Fprintf(&b, "tenures: %d of ddblock run holders, %d of library holders\n", run, lib)
-	var injected, requests int64
-	for _, p := range c.proxies {
-		counts := p.Counts()
-		injected += counts.Faults()
-		requests += counts.Requests
-	}
-	fmt.Fprintf(&b, "faults injected %d of %d requests\n", injected, requests)
-	fmt.Fprintf(&b, "holding ddblock run struck: ddblock paused alone %d (%d longer than the lease), ddblock killed %d, guard killed %d, guard paused %d\n",
-		c.ddblockPauses.Load(), c.ddblockLongPauses.Load(), c.ddblockKills.Load(), c.guardKills.Load(), c.guardPauses.Load())
-	var exits []string
-	c.exits.Range(func(k, v any) bool {
-		exits = append(exits, fmt.Sprintf("%d: %d", k, v.(*atomic.Int64).Load()))
-		return true
-	})
-	slices.Sort(exits)
-	fmt.Fprintf(&b, "ddblock run exits (status: count; -1 killed): %s; commands stopped by the guard for want of a heartbeat: %d\n",
-		strings.Join(exits, ", "), c.notRenewed.Load())
-	return b.String()
-}
-
 // runSlot runs `ddblock run` after `ddblock run`, each with a new tenure.
 type runSlot struct {
-	c     *cliChaos
+	p     *runsParty
 	name  string
 	proxy *faultproxy.Proxy
 	flags []string
@@ -665,24 +455,25 @@ type runSlot struct {
 }
 
 func (s *runSlot) loop(ctx context.Context) {
-	cfg := s.c.cfg
+	c, k := s.p.c, s.p.k
+	cfg := c.cfg
 	const wait = 5 * time.Second
 	for ctx.Err() == nil {
 		s.n++
 		tenure := fmt.Sprintf("%s#%d", s.name, s.n)
-		key := s.c.keys[s.rng.IntN(len(s.c.keys))]
-		hold := cfg.RunHoldMin + time.Duration(s.rng.Int64N(int64(cfg.RunHoldMax-cfg.RunHoldMin)+1))
-		logPath := filepath.Join(s.c.dir, strings.ReplaceAll(tenure, "#", "-")+".log")
-		stepper := []string{s.c.self, stepperArg, logPath, tenure, hold.String(), cfg.Step.String()}
-		if s.rng.Float64() < cfg.IgnoreTermShare {
+		key := c.keys[s.rng.IntN(len(c.keys))]
+		hold := between(s.rng, k.HoldMin, k.HoldMax)
+		logPath := filepath.Join(c.dir, strings.ReplaceAll(tenure, "#", "-")+".log")
+		stepper := []string{s.p.self, stepperArg, logPath, tenure, hold.String(), cfg.Step.String()}
+		if s.rng.Float64() < k.IgnoreTermShare {
 			stepper = append(stepper, "ignore-term")
 		}
-		args := append([]string{"run", "--endpoint", s.proxy.URL(), "--table", s.c.env.table,
+		args := append([]string{"run", "--endpoint", s.proxy.URL(), "--table", c.env.table,
 			"--owner", tenure, "--heartbeat", cfg.Heartbeat.String(), "--safe", cfg.Safe.String(), "--lease", cfg.Lease.String(),
 			"--wait", wait.String()}, s.flags...)
 		args = append(append(args, key, "--"), stepper...)
-		cmd := exec.Command(s.c.bin, args...)
-		cmd.Env = ddblockEnv(s.c.srv)
+		cmd := exec.Command(s.p.bin, args...)
+		cmd.Env = ddblockEnv(s.p.srv)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		// The guard and the command share that stderr; none outlives
@@ -695,9 +486,9 @@ func (s *runSlot) loop(ctx context.Context) {
 			attemptKey += "/slot-*"
 		}
 		start := mutexcheck.Now()
-		s.c.events.Attempting(s.name, attemptKey, start)
+		c.log.Attempting(s.name, attemptKey, start)
 		if err := cmd.Start(); err != nil {
-			s.c.problem("starting ddblock run: %v", err)
+			c.problem("starting ddblock run: %v", err)
 			return
 		}
 		s.mu.Lock()
@@ -718,7 +509,7 @@ func (s *runSlot) loop(ctx context.Context) {
 // that did not acquire spent its start-up (all but its last wait before
 // it exited) unable to look.
 func (s *runSlot) attempted(tenure, key, logPath string, start, exit int64, code int, wait time.Duration) {
-	ev := s.c.events
+	ev := s.p.c.log
 	ev.Trouble(tenure, exit, exit, "exit", 0)
 	// 76 before the command started: acquired, and lost before it could
 	// start (the checker counts its lock, which no tenure shows, as
@@ -739,13 +530,14 @@ func (s *runSlot) attempted(tenure, key, logPath string, start, exit int64, code
 
 // ended records how one run ended.
 func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr string) {
+	c := s.p.c
 	code := ps.ExitCode()
-	s.c.countExit(code)
+	c.count(fmt.Sprintf("exit(%d)", code))
 	if strings.Contains(stderr, "WARNING: DATA RACE") {
-		s.c.problem("%s: a data race in ddblock:\n%s", tenure, stderr)
+		c.problem("%s: a data race in ddblock:\n%s", tenure, stderr)
 	}
 	if strings.Contains(stderr, "not renewed within the safe period") {
-		s.c.notRenewed.Add(1)
+		c.count("not-renewed")
 	}
 	started := strings.Contains(readOr(logPath), "A "+tenure+" ")
 	now := mutexcheck.Now()
@@ -753,7 +545,7 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 	released := func(outcome string) {
 		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
-			s.c.problem("%s: %v", tenure, err)
+			c.problem("%s: %v", tenure, err)
 			return
 		}
 		defer f.Close()
@@ -769,15 +561,15 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 	case code == 76 && started:
 		released("lost")
 	case code == 76: // the safe period ran out before the command started
-		s.c.events.Failure(s.name, "run", now, "NOT_STARTED", oneLine(stderr))
+		c.log.Failure(s.name, "run", now, "NOT_STARTED", oneLine(stderr))
 	case code == 75:
-		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeAcquireTimeout), oneLine(stderr))
+		c.log.Failure(s.name, "acquire", now, string(ddblock.CodeAcquireTimeout), oneLine(stderr))
 	case code == 69 && strings.Contains(stderr, string(ddblock.CodeLockInDanger)):
 		// A --session run whose session's heartbeats were not landing
 		// when its wait ran out: no lock is put on such a session.
-		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeLockInDanger), oneLine(stderr))
+		c.log.Failure(s.name, "acquire", now, string(ddblock.CodeLockInDanger), oneLine(stderr))
 	case code == 69:
-		s.c.events.Failure(s.name, "acquire", now, string(ddblock.CodeUnknown), oneLine(stderr))
+		c.log.Failure(s.name, "acquire", now, string(ddblock.CodeUnknown), oneLine(stderr))
 	case code == 70 && strings.Contains(stderr, "the guard process died"):
 		if started {
 			released("guard-died")
@@ -785,7 +577,7 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 	case code == -1 && !ps.Success():
 		// Killed by the disturber: no release.
 	default:
-		s.c.problem("%s: ddblock run exited %d unexpectedly: %s", tenure, code, stderr)
+		c.problem("%s: ddblock run exited %d unexpectedly: %s", tenure, code, stderr)
 	}
 }
 

@@ -44,7 +44,9 @@ func fairChaos(d time.Duration) chaosConfig {
 	grace := mutexcheck.FairGrace(cfg.RetryPeriod, cfg.Heartbeat)
 	bound, _ := mutexcheck.FairProgressBound(cfg.RetryPeriod, cfg.Heartbeat, grace)
 	cfg.FairTimeout = 2*bound + time.Second
-	cfg.Crowd, cfg.WorkerCrowd, cfg.CrowdEvery = 20, 3, 3*time.Second
+	w := defaultWorkers(2, 4)
+	w.Crowd = 3
+	cfg.Mix = []kind{defaultInProcess(8), w, fairCrowd{N: 20, Every: 3 * time.Second}}
 	cfg.GarbleEvery = 400 * time.Millisecond
 	return cfg
 }
@@ -67,9 +69,8 @@ func TestMutualExclusionWithFairWaiters(t *testing.T) {
 func fairRunShortfalls(res chaosResult) []string {
 	var short []string
 	rep := res.Report
-	if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-		short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-			res.faults(), res.Kills, res.Pauses, res.Abandons))
+	if s := everyTrouble(res, "kill", "pause", "abandon"); s != "" {
+		short = append(short, s)
 	}
 	fair, unfair, fairKinds, crowd := 0, 0, 0, 0
 	for kind, n := range rep.ByKind {
@@ -236,7 +237,8 @@ func (c *chaos) lineKeys() [][2]string {
 // twelve for a kill (the strike is what the run must show, and a line
 // read can take a second on a busy machine, or meet a counter the
 // garbler just spoiled). It returns nil when none was seen.
-func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSecond bool) {
+func (p *workersParty) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSecond bool) {
+	c := p.c
 	lines := c.lineKeys()
 	look, struck := 1500*time.Millisecond, c.fair.snapshot()
 	if !kill && struck.HeadPauses == 0 {
@@ -259,7 +261,7 @@ func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSe
 			if err != nil || len(info.Tickets) == 0 {
 				continue
 			}
-			for _, cand := range c.workers {
+			for _, cand := range p.slots {
 				prefix := cand.id() + "/"
 				if !kill {
 					if strings.HasPrefix(info.Tickets[0].OwnerName, prefix) {
@@ -291,13 +293,31 @@ func (c *chaos) huntFront(ctx context.Context, kill bool) (w *workerSlot, headSe
 	return bunch, false
 }
 
-// runCrowd runs, until ctx ends, a crowd of cfg.Crowd fair waiters of
-// one client for one key's lock (its goroutines wait on one another's
-// locks, WithWaitOnOwn), and every CrowdEvery or so strikes them all at
-// once: in turn, their contexts are cancelled, or their client is closed
-// under them. Each strike is followed by a new client, of the next
-// flavour, for the next key.
-func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
+// fairCrowd is a crowd of N in-process fair waiters ("x1", "x2", ...)
+// of one client for one key's lock (its goroutines wait on one another's
+// locks, WithWaitOnOwn), struck all at once about every Every: in turn,
+// their contexts are cancelled, or their client is closed under them.
+// Each strike is followed by a new client, of the next flavour, for the
+// next key. The chaos lasts until the crowd was struck both ways, up to
+// half a minute more: on a slow machine a crowd's generation (line up,
+// strike, wind down) can take most of ten seconds.
+type fairCrowd struct {
+	N     int
+	Every time.Duration
+}
+
+func (k fairCrowd) describe() string { return fmt.Sprintf("a crowd of %d fair waiters", k.N) }
+
+func (k fairCrowd) start(c *chaos, ctx context.Context) party {
+	proxy := c.proxy("x*")
+	struckBoth := make(chan struct{})
+	c.extend = append(c.extend, struckBoth)
+	c.running.Go(func() { k.run(c, ctx, proxy, struckBoth) })
+	return calm{}
+}
+
+// run runs the crowd until ctx ends.
+func (k fairCrowd) run(c *chaos, ctx context.Context, p *faultproxy.Proxy, crowdStruckBoth chan struct{}) {
 	sdk := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 5))
@@ -307,7 +327,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 		name := fmt.Sprintf("x%d-crowd-%s", gen, fl.Name)
 		key := c.keys[gen%len(c.keys)]
 		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
-		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.inproc}
+		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.log}
 		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
 		if err != nil {
 			c.problem("ddblock.New: %v", err)
@@ -321,10 +341,10 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 			ddblock.WithRetryTimeout(timeout)}, fl.Acquire...)
 		gctx, cancel := context.WithCancel(ctx)
 		var running sync.WaitGroup
-		for g := range c.cfg.Crowd {
+		for g := range k.N {
 			id := fmt.Sprintf("x%d.t%d-crowd-%s", gen, g, fl.Name)
 			h := &mutexcheck.Holder{
-				ID: id, Client: client, Keys: []string{key}, Log: c.inproc,
+				ID: id, Client: client, Keys: []string{key}, Log: c.log,
 				HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
 				LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
 				AcquireTimeout: timeout,
@@ -339,7 +359,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 			})
 		}
 		closeUnder := gen%2 == 0
-		if sleep(ctx, around(rng, c.cfg.CrowdEvery)) {
+		if sleep(ctx, around(rng, k.Every)) {
 			// Strike once the crowd stands in line (two of its tickets
 			// at least), looking for up to five seconds: on a slow
 			// server, or with a read lost to a fault, one look may see
@@ -368,7 +388,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 					c.problem("closing the crowd's client %s: %v", name, err)
 				}
 				ccancel()
-				c.inproc.Trouble(name, now, now, "abandon", 0)
+				c.log.Trouble(name, now, now, "abandon", 0)
 			} else {
 				cancel()
 			}
@@ -382,7 +402,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 				t.CrowdMostInLine = max(t.CrowdMostInLine, inLine)
 				if t.CrowdCancels > 0 && t.CrowdCloses > 0 && !struckBoth {
 					struckBoth = true
-					close(c.crowdStruckBoth)
+					close(crowdStruckBoth)
 				}
 			})
 		}
@@ -394,7 +414,7 @@ func (c *chaos) runCrowd(ctx context.Context, p *faultproxy.Proxy) {
 		}
 		ccancel()
 		now := mutexcheck.Now()
-		c.inproc.Trouble(name, now, now, "closed", 0)
+		c.log.Trouble(name, now, now, "closed", 0)
 		c.addStats(client.Stats())
 	}
 }
@@ -442,7 +462,7 @@ func (c *chaos) garbleLines(ctx context.Context) {
 			return false
 		}
 		now := mutexcheck.Now()
-		c.inproc.Trouble("garbler", now, now, "garble-"+what, 0)
+		c.log.Trouble("garbler", now, now, "garble-"+what, 0)
 		c.fair.add(func(t *fairTrouble) { t.Garbles[what]++ })
 		return true
 	}

@@ -213,6 +213,12 @@ func TestAcquireAfterLostPutReply(t *testing.T) {
 	}
 }
 
+// uncontended lets an acquire that nobody contends take as long as a
+// starved machine makes it: with a lease of 300 ms, the default retry
+// timeout (the lease and a heartbeat period) can pass while the first
+// put is in flight.
+var uncontended = ddblock.WithRetryTimeout(30 * time.Second)
+
 // heartbeatTimes make heartbeats frequent and danger slow to come, so
 // that a few failed heartbeats never put a lock in danger on a slow
 // machine. The heartbeat timeout is pinned to the period (the default is
@@ -271,7 +277,10 @@ func TestHeartbeatGivesUp(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			c := e.faulty(3, times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)...)
+			// A lease far past the safe period: the lock, in danger, can
+			// still recover when the fault is gone, however late a loaded
+			// machine gets there.
+			c := e.faulty(3, times(100*time.Millisecond, time.Second, 10*time.Second)...)
 			lock, err := c.AcquireLock(context.Background(), "k")
 			if err != nil {
 				t.Fatal(err)
@@ -283,8 +292,11 @@ func TestHeartbeatGivesUp(t *testing.T) {
 				t.Fatal("the lock never went into danger")
 			}
 			wantCode(t, lock.Err(), ddblock.CodeLockInDanger)
-			if s := c.Stats(); s.HeartbeatsFailed == 0 || s.InDanger != 1 {
-				t.Errorf("stats %+v: want failed heartbeats and one danger", s)
+			// On a starved machine the safe period may pass before the
+			// first heartbeat under the fault has failed; fail it must.
+			eventually(t, 10*time.Second, "a failed heartbeat", func() bool { return c.Stats().HeartbeatsFailed > 0 })
+			if s := c.Stats(); s.InDanger != s.Recovered+1 {
+				t.Errorf("stats %+v: want the lock in danger now, every earlier danger recovered", s)
 			}
 			f.Remove()
 			eventually(t, 10*time.Second, "the lock to recover", func() bool { return lock.Status() == ddblock.StatusLocked })
@@ -356,7 +368,9 @@ func TestHeartbeatReplyLostIsNotStolen(t *testing.T) {
 	waitHeartbeats(t, c.Client, 1)
 	f := c.proxy.MustInject(faultproxy.Rule{Kind: faultproxy.DropReply, Op: "UpdateItem", Count: 1})
 	eventually(t, 10*time.Second, "the lost reply", func() bool { return f.Injected() == 1 })
-	time.Sleep(300 * time.Millisecond) // three heartbeat periods: the next heartbeats are decided
+	// The next heartbeats meet the item the lost one wrote: three of
+	// them landing (a lock judged stolen is heartbeated no more).
+	waitHeartbeats(t, c.Client, 3)
 	if err := lock.Err(); err != nil {
 		t.Errorf("lock error after one lost heartbeat reply: %v (stats %+v)", err, c.Stats())
 	}
@@ -384,7 +398,7 @@ func TestReleaseUnderFaults(t *testing.T) {
 		e := newEnv(t)
 		opts := times(50*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond)
 		c := e.faulty(2, opts...)
-		lock, err := c.AcquireLock(context.Background(), "k")
+		lock, err := c.AcquireLock(context.Background(), "k", uncontended)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +414,11 @@ func TestReleaseUnderFaults(t *testing.T) {
 		if err != nil || info.RecordVersionNumber != lock.RecordVersionNumber() {
 			t.Fatalf("GetLock: %+v, %v; want the unreleased item", info, err)
 		}
-		if _, err := other.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(20*time.Millisecond)); err != nil {
+		// The lease is 300 ms; on a starved machine the wait may outlast
+		// the default timeout (the lease and a heartbeat period, 350 ms)
+		// with a call in flight, but not half a minute.
+		if _, err := other.AcquireLock(context.Background(), "k", ddblock.WithRetryPeriod(20*time.Millisecond),
+			ddblock.WithRetryTimeout(30*time.Second)); err != nil {
 			t.Errorf("taking over the unreleased lock: %v", err)
 		}
 	})

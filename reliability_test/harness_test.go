@@ -1,12 +1,21 @@
 package reliability
 
+// The one chaos driver. A run mixes kinds of participants (kind):
+// in-process holders, worker processes, `ddblock run` slots, lost-update
+// writers, a crowd of fair waiters; each participant sits behind a fault
+// proxy of its own. The driver starts them, switches faults on at random
+// proxies, lets each kind bring its own trouble (kills, pauses, abandoned
+// clients, struck guards), stops everyone, reads every event log and
+// checks mutual exclusion, slot limits, fencing, progress, the counters
+// of a lost-update run, and that every lock can be taken over afterwards.
+// A new kind of client is one more kind.
+
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -22,20 +31,19 @@ import (
 	"github.com/ddblock/ddblock/internal/mutexcheck"
 )
 
-// chaosConfig sizes one run of the mutual-exclusion checker.
+// chaosConfig sizes one run of the chaos driver.
 type chaosConfig struct {
 	Duration time.Duration
 	// Keys is the number of keys everyone contends for.
 	Keys int
-	// InProcess holders are goroutines of the test, each with its own
-	// client and fault proxy; Workers are OS processes running
-	// ClientsPerWorker holders each, behind one proxy per process.
-	InProcess, Workers, ClientsPerWorker int
-	// FaultEvery, ProcEvery and AbandonEvery are the mean pauses between
-	// a fault switched on, a worker killed or paused, and an in-process
-	// client abandoned (closed without releasing).
-	FaultEvery, ProcEvery, AbandonEvery time.Duration
-	Heartbeat, Safe, Lease              time.Duration
+	// Mix is who contends for them: one party of each kind listed.
+	Mix []kind
+	// FaultEvery is the mean pause between two faults switched on at a
+	// random proxy (zero: none); Transactions adds the faults of
+	// transactions to the bad day (badDayRule).
+	FaultEvery             time.Duration
+	Transactions           bool
+	Heartbeat, Safe, Lease time.Duration
 	// HoldMin, HoldMax and Step shape a tenure, except for a LongShare
 	// of them which work between LongMin and LongMax; RetryPeriod is how
 	// often waiters look.
@@ -47,13 +55,6 @@ type chaosConfig struct {
 	// MaxClockSkew is the fast flavour's setting (see
 	// mutexcheck.Flavours).
 	MaxClockSkew time.Duration
-	// PauseMin and PauseMax bound a SIGSTOP (zero: from the heartbeat
-	// period to twice the lease plus the safe period).
-	PauseMin, PauseMax time.Duration
-	// PausesOnly makes the disturber pause workers and never kill them;
-	// TrustContext makes the workers' WithLock holders check only their
-	// function's context (see mutexcheck.Holder.TrustContext).
-	PausesOnly, TrustContext bool
 	// SemaphoreSlots, when positive, makes some holders take the keys as
 	// semaphores of that many slots (see semaphore_test.go).
 	SemaphoreSlots int
@@ -69,27 +70,50 @@ type chaosConfig struct {
 	// (and RetryTimeout), long enough for the progress check to see a
 	// line that jams (it must be over mutexcheck.FairProgressBound).
 	FairTimeout time.Duration
-	// Crowd, when positive, runs that many in-process fair waiters of
-	// one client for one key's lock (fair_test.go), all cancelled or
-	// their client closed at once every CrowdEvery or so;
-	// WorkerCrowd more clients in each worker wait fairly for the first
-	// key's lock only, so that a kill or a pause takes several waiters
-	// of one line at once (the disturber aims at the front of lines).
-	Crowd, WorkerCrowd int
-	CrowdEvery         time.Duration
 	// GarbleEvery, when positive, is the mean pause between two
 	// garbage writes into the keys' lines (fair_test.go).
 	GarbleEvery time.Duration
-	Seed        uint64
+	// Counters, when set, is the lost-update workload
+	// (lostupdate_test.go): the writers and the worker processes
+	// increment a counter item per key under their locks.
+	Counters *counterWork
+	Seed     uint64
 }
 
+// A kind of participant in a chaos run. start launches the kind's
+// participants, each behind a proxy of its own (chaos.proxy), to run
+// until ctx ends: goroutines on chaos.running, processes the party
+// stops. The party brings the kind's own trouble while the chaos lasts
+// (disturb), and stops what the driver does not wait for (stop).
+type kind interface {
+	describe() string
+	start(c *chaos, ctx context.Context) party
+}
+
+type party interface {
+	// disturb strikes the kind's participants until ctx ends.
+	disturb(ctx context.Context)
+	// stop ends the kind's processes cleanly, once the network calmed.
+	stop()
+}
+
+// calm is a party that brings no trouble of its own and has nothing to
+// stop.
+type calm struct{}
+
+func (calm) disturb(context.Context) {}
+func (calm) stop()                   {}
+
+// defaultChaos is the checker's mix: in-process holders of every
+// flavour and way of holding, abandoned now and then, and two worker
+// processes, killed and paused.
 func defaultChaos(d time.Duration) chaosConfig {
 	return chaosConfig{
-		Duration:  d,
-		Keys:      4,
-		InProcess: 4, Workers: 2, ClientsPerWorker: 2,
-		FaultEvery: 150 * time.Millisecond, ProcEvery: 1200 * time.Millisecond, AbandonEvery: 2 * time.Second,
-		Heartbeat: 100 * time.Millisecond, Safe: 400 * time.Millisecond, Lease: 600 * time.Millisecond,
+		Duration:   d,
+		Keys:       4,
+		Mix:        []kind{defaultInProcess(4), defaultWorkers(2, 2)},
+		FaultEvery: 150 * time.Millisecond,
+		Heartbeat:  100 * time.Millisecond, Safe: 400 * time.Millisecond, Lease: 600 * time.Millisecond,
 		HoldMin: 5 * time.Millisecond, HoldMax: 40 * time.Millisecond, Step: 2 * time.Millisecond,
 		LongShare: 0.1, LongMin: 150 * time.Millisecond, LongMax: 900 * time.Millisecond,
 		RetryPeriod:  15 * time.Millisecond,
@@ -106,10 +130,17 @@ type chaosResult struct {
 	Report   mutexcheck.Report
 	Injected map[faultproxy.Kind]int64
 	Requests int64
-	// Kills and Pauses count SIGKILLs and SIGSTOP/SIGCONT pairs sent to
-	// workers; LongPauses those longer than the lease; Abandons the
-	// in-process clients closed under their locks.
-	Kills, Pauses, LongPauses, Abandons int
+	// Struck counts the trouble the kinds brought, by name: "kill" and
+	// "pause" (workers; "long-pause" those longer than the lease,
+	// "aimed-pause" those sent while something was open), "abandon"
+	// (in-process clients closed under their locks), "stall", the
+	// `ddblock run` strikes, and so on.
+	Struck map[string]int
+	// Acquired counts the acquisitions by the party's prefix of the
+	// tenure's name ("g", "w", "run", "u", "x").
+	Acquired map[string]int
+	// Counts is what the counters say, in a lost-update run.
+	Counts mutexcheck.CountReport
 	// Stats add up the library's counters of every client that was shut
 	// down cleanly (killed workers' counters are lost with them).
 	Stats ddblock.Stats
@@ -132,21 +163,33 @@ func (r chaosResult) faults() int64 {
 func (r chaosResult) Summary() string {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "run: %v, %d keys, %d in-process clients + %d worker processes x %d clients; heartbeat %v, safe %v, lease %v; seed %d\n",
-		r.Elapsed.Round(time.Second), c.Keys, c.InProcess, c.Workers, c.ClientsPerWorker, c.Heartbeat, c.Safe, c.Lease, c.Seed)
-	fmt.Fprintf(&b, "machine: %s/%s, %d CPUs, %s, race detector %v; timestamps from %s\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), raceEnabled, mutexcheck.ClockName)
+	mix := make([]string, 0, len(c.Mix))
+	for _, k := range c.Mix {
+		mix = append(mix, k.describe())
+	}
+	fmt.Fprintf(&b, "run: %v, %d keys; %s; heartbeat %v, safe %v, lease %v; seed %d\n",
+		r.Elapsed.Round(time.Second), c.Keys, strings.Join(mix, " + "), c.Heartbeat, c.Safe, c.Lease, c.Seed)
+	fmt.Fprintf(&b, "machine: %s/%s, %d CPUs, %s, race detector %v, server %s; timestamps from %s\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), raceEnabled, ddbtest.SharedServer().Name(), mutexcheck.ClockName)
+	if w := c.Counters; w != nil {
+		mode := "UNGUARDED (plain UpdateItem after a check of Lock.Err())"
+		if w.Guarded {
+			mode = "GUARDED (Lock.GuardedWrite; the update has no condition of its own)"
+		}
+		fmt.Fprintf(&b, "lost-update workload, %s writes\n", mode)
+		b.WriteString(r.Counts.Summary())
+	}
 	b.WriteString(r.Report.Summary())
-	kinds := make([]string, 0, len(r.Injected))
-	for _, k := range faultproxy.Kinds {
+	fmt.Fprintf(&b, "acquisitions by party: %s\n", formatKinds(r.Acquired))
+	var kinds []string
+	for _, k := range append(slices.Clone(faultproxy.Kinds), faultproxy.TransactionConflict) {
 		if n := r.Injected[k]; n > 0 {
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 		}
 	}
 	fmt.Fprintf(&b, "faults injected %d of %d requests: %s\n", r.faults(), r.Requests, strings.Join(kinds, ", "))
-	fmt.Fprintf(&b, "kills %d, pauses %d (%d longer than the lease), abandoned clients %d, leftover items taken over at the end %d\n",
-		r.Kills, r.Pauses, r.LongPauses, r.Abandons, r.Leftover)
-	if r.Config.Fair {
+	fmt.Fprintf(&b, "trouble: %s; leftover items taken over at the end %d\n", formatKinds(r.Struck), r.Leftover)
+	if c.Fair {
 		b.WriteString(r.Fair.summary())
 	}
 	s := r.Stats
@@ -156,35 +199,74 @@ func (r chaosResult) Summary() string {
 	return b.String()
 }
 
+func formatKinds(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // chaos is one run in progress.
 type chaos struct {
-	t       *testing.T
-	cfg     chaosConfig
-	env     *env
-	keys    []string
-	dir     string
-	bin     string
-	inproc  *mutexcheck.Log
-	opts    []ddblock.Option
+	t    *testing.T
+	cfg  chaosConfig
+	env  *env
+	keys []string
+	dir  string
+	// log is the test process's event log: the in-process participants',
+	// and the trouble the driver and the kinds bring.
+	log  *mutexcheck.Log
+	opts []ddblock.Option
+	// data is the lost-update run's counter table.
+	data string
+	// running are the in-process participants.
+	running sync.WaitGroup
 	proxies []*faultproxy.Proxy
 	// targets name, for the checker, whom each proxy's faults strike: a
 	// prefix of the names of the holders, clients and processes behind
 	// it.
-	targets  []string
-	workers  []*workerSlot
-	problems chan string
-	// slots maps an in-process slot to its current client, for the
-	// abandoner.
-	slots sync.Map
+	targets []string
+	// extend are what the chaos waits for, up to half a minute, after
+	// its Duration (a crowd struck both ways: fair_test.go).
+	extend []<-chan struct{}
 
-	kills, pauses, longPauses, abandons atomic.Int64
-	fair                                fairCounts
-	crowdStruckBoth                     chan struct{} // closed once a crowd was cancelled and one closed under
-	// lines reads the keys' lines for the disturber (fair_test.go).
+	problemsMu sync.Mutex
+	problems   []string
+	struck     sync.Map // name -> *atomic.Int64
+
+	fair fairCounts
+	// lines reads the keys' lines for the disturbers (fair_test.go).
 	lines *ddblock.Client
 
 	statsMu sync.Mutex
 	stats   ddblock.Stats
+}
+
+// proxy starts a fault proxy for participants named target (a prefix
+// and "*"), struck by the fault injector.
+func (c *chaos) proxy(target string) *faultproxy.Proxy {
+	p := c.env.proxy()
+	c.proxies = append(c.proxies, p)
+	c.targets = append(c.targets, target)
+	return p
+}
+
+// count adds one to the trouble named what.
+func (c *chaos) count(what string) {
+	v, _ := c.struck.LoadOrStore(what, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// counted is how often the trouble named what struck so far.
+func (c *chaos) counted(what string) int64 {
+	if v, ok := c.struck.Load(what); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 // runChaosShowing runs the chaos of config(d), and checks with
@@ -218,19 +300,13 @@ func runChaosShowing(t *testing.T, d time.Duration, config func(time.Duration) c
 	}
 }
 
-// runChaos runs the checker for cfg.Duration and returns its figures; it
+// runChaos runs cfg's mix for cfg.Duration and returns its figures; it
 // fails the test on any violation, unclear error, harness problem, or a
 // lock item that cannot be taken over afterwards.
 func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
-	c := &chaos{
-		t: t, cfg: cfg, env: newEnv(t), bin: workerBinary(t),
-		dir:      t.TempDir(),
-		problems: make(chan string, 1000),
-
-		crowdStruckBoth: make(chan struct{}),
-	}
+	c := &chaos{t: t, cfg: cfg, env: newEnv(t), dir: t.TempDir()}
 	if *logDir != "" {
-		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix()))
 		if err := os.MkdirAll(c.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -243,67 +319,52 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	if cfg.Fair {
 		c.lines = c.env.client(c.env.direct, ddblock.WithOwnerName("line-watcher"))
 	}
+	if cfg.Counters != nil {
+		c.data = c.env.table + "_data"
+		ddbtest.CreateTable(t, c.env.direct, c.data)
+	}
 	f, err := os.Create(filepath.Join(c.dir, "inprocess.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c.inproc = mutexcheck.NewLog(f)
+	c.log = mutexcheck.NewLog(f)
 
 	start := time.Now()
 	holders, stopHolders := context.WithCancel(context.Background())
-	var holdersDone sync.WaitGroup
-	holdersDone.Go(func() { mutexcheck.WatchStalls(holders, c.inproc, "inproc") })
-	for i := range cfg.InProcess {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		c.targets = append(c.targets, fmt.Sprintf("g%d.*", i))
-		holdersDone.Go(func() { c.runSlot(holders, i, p) })
-	}
-	for i := range cfg.Workers {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		c.targets = append(c.targets, fmt.Sprintf("w%d.*", i))
-		w := &workerSlot{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
-		c.workers = append(c.workers, w)
-		w.start()
-	}
-	t.Cleanup(func() {
-		for _, w := range c.workers {
-			w.killNow()
-		}
-	})
-	if cfg.Crowd > 0 {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		c.targets = append(c.targets, "x*")
-		holdersDone.Go(func() { c.runCrowd(holders, p) })
+	defer stopHolders()
+	c.running.Go(func() { mutexcheck.WatchStalls(holders, c.log, "inproc") })
+	parties := make([]party, 0, len(cfg.Mix))
+	for _, k := range cfg.Mix {
+		parties = append(parties, k.start(c, holders))
 	}
 
 	chaosCtx, stopChaos := context.WithCancel(context.Background())
 	go func() {
-		// The trouble lasts cfg.Duration, and with a crowd until it has
-		// been struck both ways (cancelled, and closed under), up to
-		// half a minute more: on a slow machine a crowd's generation
-		// (line up, strike, wind down) can take most of ten seconds.
+		// The trouble lasts cfg.Duration, and then until what a kind
+		// must see has happened, up to half a minute more.
 		select {
 		case <-time.After(cfg.Duration):
 		case <-chaosCtx.Done():
 			return
 		}
-		if cfg.Crowd > 0 {
+		limit := time.After(30 * time.Second)
+		for _, ch := range c.extend {
 			select {
-			case <-c.crowdStruckBoth:
-			case <-time.After(30 * time.Second):
+			case <-ch:
+			case <-limit:
 			case <-chaosCtx.Done():
 			}
 		}
 		stopChaos()
 	}()
 	var chaosDone sync.WaitGroup
-	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
-	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
-	chaosDone.Go(func() { c.abandonClients(chaosCtx, holders) })
+	if cfg.FaultEvery > 0 {
+		chaosDone.Go(func() { c.injectFaults(chaosCtx) })
+	}
+	for _, p := range parties {
+		chaosDone.Go(func() { p.disturb(chaosCtx) })
+	}
 	if len(cfg.ResizeTo) > 0 {
 		chaosDone.Go(func() { c.resizeSemaphores(chaosCtx) })
 	}
@@ -314,20 +375,21 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	chaosDone.Wait()
 	stopChaos()
 
-	// Calm the network, then stop everyone cleanly.
+	// Calm the network, then stop everyone cleanly; writes under way
+	// finish, and unknown outcomes are resolved, without faults.
 	for _, p := range c.proxies {
 		p.Clear()
 	}
 	var stopping sync.WaitGroup
-	for _, w := range c.workers {
-		stopping.Go(w.stop)
+	for _, p := range parties {
+		stopping.Go(p.stop)
 	}
 	stopHolders()
-	holdersDone.Wait()
+	c.running.Wait()
 	stopping.Wait()
-	elapsed := time.Since(start)
 
-	res := chaosResult{Config: cfg, Elapsed: elapsed, Injected: map[faultproxy.Kind]int64{}}
+	res := chaosResult{Config: cfg, Elapsed: time.Since(start), Injected: map[faultproxy.Kind]int64{},
+		Struck: map[string]int{}, Acquired: map[string]int{}}
 	for _, p := range c.proxies {
 		counts := p.Counts()
 		res.Requests += counts.Requests
@@ -335,20 +397,57 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 			res.Injected[k] += v
 		}
 	}
-	res.Kills, res.Pauses, res.LongPauses, res.Abandons =
-		int(c.kills.Load()), int(c.pauses.Load()), int(c.longPauses.Load()), int(c.abandons.Load())
+	c.struck.Range(func(k, v any) bool {
+		res.Struck[k.(string)] = int(v.(*atomic.Int64).Load())
+		return true
+	})
 	res.Stats = c.stats
 	res.Fair = c.fair.snapshot()
-	res.Report = c.check()
+	events := c.events()
+	for _, ev := range events {
+		if ev.Kind == mutexcheck.Acquired {
+			res.Acquired[partyOf(ev.Tenure)]++
+		}
+	}
+	if cfg.Counters != nil {
+		res.Counts = c.countIncrements(events)
+	}
+	res.Report = mutexcheck.Check(events)
 	res.Leftover = c.takeOverLeftovers(res.Report.MaxToken)
+	c.judge(res)
+	return res
+}
 
-	close(c.problems)
-	for p := range c.problems {
+// partyOf is the prefix of a tenure's name that says its party: its
+// leading lower-case letters.
+func partyOf(tenure string) string {
+	if i := strings.IndexFunc(tenure, func(r rune) bool { return r < 'a' || r > 'z' }); i >= 0 {
+		return tenure[:i]
+	}
+	return tenure
+}
+
+// judge fails the test on what the run must never show, in every run.
+func (c *chaos) judge(res chaosResult) {
+	t := c.t
+	c.problemsMu.Lock()
+	for _, p := range c.problems {
 		t.Errorf("harness: %s", p)
 	}
+	c.problemsMu.Unlock()
 	rep := res.Report
+	what := ""
+	if c.cfg.Counters != nil {
+		// Steps are verified looks at the lock: even the unguarded
+		// writers' steps never overlap. Their writes, which land later,
+		// are what the counters catch (the caller judges them).
+		what = " (verified steps)"
+		for _, p := range res.Counts.Problems {
+			t.Errorf("inconsistent record: %s", p)
+		}
+	}
 	for _, v := range rep.Violations {
-		t.Errorf("MUTUAL EXCLUSION VIOLATED: %s", v)
+		t.Errorf("MUTUAL EXCLUSION VIOLATED%s: %s", what, v)
 	}
 	for _, u := range rep.Unclear {
 		t.Errorf("unclear error from %s (%s): %s", u.Tenure, u.Key, u.Detail)
@@ -363,7 +462,6 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 		t.Errorf("FENCING TOKENS OUT OF ORDER: %s", v)
 	}
 	reportProgress(t, rep)
-	return res
 }
 
 // reportProgress fails the test on every failed wait that left its lock
@@ -388,14 +486,51 @@ func reportProgress(t *testing.T, rep mutexcheck.Report) {
 	}
 }
 
-// sharedClientGoroutines is how many goroutines share one in-process
-// client in the slots that share one.
-const sharedClientGoroutines = 3
+// inProcess is N in-process holders ("g0", "g1", ...): goroutines of
+// the test, each slot with a client of its own behind a proxy of its
+// own, and a new client each time the abandoner closes the current one
+// under its locks (about every AbandonEvery; zero: never). Slot i holds
+// in flavour i (mutexcheck.Flavours), and by i%4: AcquireLock, WithLock,
+// a semaphore's slot (with SemaphoreSlots; else AcquireLock), an
+// election. With Shared > 1, the slots of AcquireLock and WithLock are
+// that many goroutines of one client, which wait for one another's
+// locks (WithWaitOnOwn): the client's waiters of a key share its reads
+// and take it over from one another at its release (waiters.go).
+type inProcess struct {
+	N, Shared    int
+	AbandonEvery time.Duration
+}
+
+func defaultInProcess(n int) inProcess {
+	return inProcess{N: n, Shared: 3, AbandonEvery: 2 * time.Second}
+}
+
+func (k inProcess) describe() string {
+	return fmt.Sprintf("%d in-process holders", k.N)
+}
+
+func (k inProcess) start(c *chaos, ctx context.Context) party {
+	p := &inProcessParty{c: c, k: k}
+	for i := range k.N {
+		proxy := c.proxy(fmt.Sprintf("g%d.*", i))
+		c.running.Go(func() { p.runSlot(ctx, i, proxy) })
+	}
+	return p
+}
+
+type inProcessParty struct {
+	calm
+	c *chaos
+	k inProcess
+	// slots maps a slot to its current client, for the abandoner.
+	slots sync.Map
+}
 
 // runSlot runs in-process holder i until ctx ends, with a new client
 // each time the abandoner closes the current one.
-func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
-	sdk := ddbtest.SharedServer().ClientFor(p.URL(), c.cfg.Attempts)
+func (p *inProcessParty) runSlot(ctx context.Context, i int, proxy *faultproxy.Proxy) {
+	c := p.c
+	sdk := ddbtest.SharedServer().ClientFor(proxy.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
 	if c.cfg.Fair && i%2 == 0 {
@@ -404,18 +539,13 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 	for gen := 1; ctx.Err() == nil; gen++ {
 		name := fmt.Sprintf("g%d.%d-%s", i, gen, fl.Name)
 		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
-		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.inproc}
+		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.log}
 		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
 		if err != nil {
 			c.problem("ddblock.New: %v", err)
 			return
 		}
-		c.slots.Store(i, client)
-		// The holders of slots 0 and 1 (AcquireLock and WithLock) are
-		// several goroutines of one client, which wait for one another's
-		// locks (WithWaitOnOwn): the client's waiters of a key share its
-		// reads and take it over from one another at its release
-		// (waiters.go). The others are one goroutine each.
+		p.slots.Store(i, client)
 		goroutines := 1
 		acquireOpts := append([]ddblock.AcquireOption{ddblock.WithRetryPeriod(c.cfg.RetryPeriod)}, fl.Acquire...)
 		acquireTimeout := 3 * time.Second
@@ -423,8 +553,8 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			acquireTimeout = c.cfg.FairTimeout
 			acquireOpts = append(acquireOpts, ddblock.WithRetryTimeout(acquireTimeout))
 		}
-		if i%4 <= 1 {
-			goroutines = sharedClientGoroutines
+		if i%4 <= 1 && p.k.Shared > 1 {
+			goroutines = p.k.Shared
 			acquireOpts = append(acquireOpts, ddblock.WithWaitOnOwn())
 		}
 		var running sync.WaitGroup
@@ -434,7 +564,7 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 				id = fmt.Sprintf("%s-t%d", name, g)
 			}
 			h := &mutexcheck.Holder{
-				ID: id, Client: client, Keys: c.keys, Log: c.inproc,
+				ID: id, Client: client, Keys: c.keys, Log: c.log,
 				HoldMin: c.cfg.HoldMin, HoldMax: c.cfg.HoldMax, StepEvery: c.cfg.Step,
 				LongShare: c.cfg.LongShare, LongMin: c.cfg.LongMin, LongMax: c.cfg.LongMax,
 				AcquireTimeout: acquireTimeout,
@@ -454,36 +584,71 @@ func (c *chaos) runSlot(ctx context.Context, i int, p *faultproxy.Proxy) {
 			})
 		}
 		running.Wait()
+		c.closeClient(client, name)
+	}
+}
+
+// closeClient closes an in-process client at the end of its run,
+// releasing what it holds, and adds its counters.
+func (c *chaos) closeClient(client *ddblock.Client, name string) {
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := client.Close(cctx, true); err != nil {
+		c.problem("closing %s: %v", name, err)
+	}
+	cancel()
+	now := mutexcheck.Now()
+	c.log.Trouble(name, now, now, "closed", 0)
+	c.addStats(client.Stats())
+}
+
+// disturb closes a random in-process client without releasing its
+// locks, as a crashing process would leave them.
+func (p *inProcessParty) disturb(ctx context.Context) {
+	c := p.c
+	if p.k.N == 0 || p.k.AbandonEvery <= 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 3))
+	for sleep(ctx, around(rng, p.k.AbandonEvery)) {
+		// Prefer a client that holds a lock now.
+		var v any
+		for range 200 {
+			cand, ok := p.slots.Load(rng.IntN(p.k.N))
+			if ok {
+				v = cand
+				if len(cand.(*ddblock.Client).HeldLocks()) > 0 {
+					break
+				}
+			}
+			if !sleep(ctx, 5*time.Millisecond) {
+				return
+			}
+		}
+		if v == nil {
+			continue
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := client.Close(cctx, true); err != nil {
-			c.problem("closing %s: %v", name, err)
+		client := v.(*ddblock.Client)
+		if err := client.Close(cctx, false); err != nil {
+			c.problem("abandoning a client: %v", err)
 		}
 		cancel()
 		now := mutexcheck.Now()
-		c.inproc.Trouble(name, now, now, "closed", 0)
-		c.addStats(client.Stats())
+		c.log.Trouble(client.Options().OwnerName, now, now, "abandon", 0)
+		c.count("abandon")
 	}
 }
 
 func (c *chaos) addStats(s ddblock.Stats) {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
-	t := &c.stats
-	t.HeartbeatsSent += s.HeartbeatsSent
-	t.HeartbeatsFailed += s.HeartbeatsFailed
-	t.HeartbeatsSkipped += s.HeartbeatsSkipped
-	t.LateRounds += s.LateRounds
-	t.InDanger += s.InDanger
-	t.Recovered += s.Recovered
-	t.Stolen += s.Stolen
-	t.DeadSessionLocks += s.DeadSessionLocks
+	mutexcheck.AddStats(&c.stats, s)
 }
 
 func (c *chaos) problem(format string, args ...any) {
-	select {
-	case c.problems <- fmt.Sprintf(format, args...):
-	default:
-	}
+	c.problemsMu.Lock()
+	defer c.problemsMu.Unlock()
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
 }
 
 // sleep waits d or until ctx ends; false when ctx ended.
@@ -507,44 +672,23 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
-// injectFaults switches a fault of a bad day on at a random proxy every
-// so often, for a random while.
+// injectFaults switches a fault of a bad day on at a random proxy about
+// every FaultEvery, each for 200 ms to 1.5 s, until ctx ends; then it
+// removes those still on. Every fault is on record, once removed, for
+// the progress check.
 func (c *chaos) injectFaults(ctx context.Context) {
-	injectFaultsEvery(ctx, faultPlan{
-		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.inproc,
-		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, false) }, problem: c.problem,
-	})
-}
-
-// faultPlan is what injectFaultsEvery strikes, and how.
-type faultPlan struct {
-	seed    uint64
-	every   time.Duration
-	proxies []*faultproxy.Proxy
-	targets []string // targets[i]: whom proxies[i] serves, for the record
-	log     *mutexcheck.Log
-	rule    func(*rand.Rand) faultproxy.Rule
-	problem func(format string, args ...any)
-}
-
-// injectFaultsEvery switches a fault of p.rule on at a random one of the
-// proxies about every p.every, each for 200 ms to 1.5 s, until ctx ends;
-// then it removes those still on. Every fault is on record, once
-// removed, for the progress check. The one fault injector of every chaos
-// driver.
-func injectFaultsEvery(ctx context.Context, p faultPlan) {
-	rng := rand.New(rand.NewPCG(p.seed, 1))
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 1))
 	var faults []*loggedFault
 	defer func() {
 		for _, f := range faults {
 			f.Remove()
 		}
 	}()
-	for sleep(ctx, around(rng, p.every)) {
-		i := rng.IntN(len(p.proxies))
-		f, err := injectLogged(p.proxies[i], p.rule(rng), p.log, p.targets[i])
+	for sleep(ctx, around(rng, c.cfg.FaultEvery)) {
+		i := rng.IntN(len(c.proxies))
+		f, err := injectLogged(c.proxies[i], badDayRule(rng, c.cfg.Safe, c.cfg.Lease, c.cfg.Transactions), c.log, c.targets[i])
 		if err != nil {
-			p.problem("inject: %v", err)
+			c.problem("inject: %v", err)
 			continue
 		}
 		faults = append(faults, f)
@@ -622,110 +766,8 @@ func badDayRule(rng *rand.Rand, safe, lease time.Duration, transactions bool) fa
 	}
 }
 
-// disturbWorkers kills or pauses a random worker every so often: one
-// action in three is a SIGKILL (the worker is restarted), the others a
-// SIGSTOP for a random time from well under the safe period to well over
-// the lease, then SIGCONT.
-func (c *chaos) disturbWorkers(ctx context.Context) {
-	if len(c.workers) == 0 {
-		return
-	}
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
-	for n := 0; sleep(ctx, around(rng, c.cfg.ProcEvery)); n++ {
-		kill := n%3 == 1 && !c.cfg.PausesOnly
-		// With fair waiters, every kill and one pause in two strike at
-		// the front of a line (fair_test.go): a worker with the first
-		// two tickets of a line (or two tickets in one), or the first.
-		var w *workerSlot
-		headSecond, front := false, false
-		if c.cfg.Fair && (kill || n%3 == 0) {
-			w, headSecond = c.huntFront(ctx, kill)
-			front = w != nil
-		}
-		if w == nil {
-			w = c.workers[rng.IntN(len(c.workers))]
-			// Strike while the worker works under a lock, at a random
-			// point of its tenure, when it does so within a second.
-			if w.waitOpen(ctx, time.Second) {
-				time.Sleep(between(rng, 0, 30*time.Millisecond))
-			}
-		}
-		if kill {
-			id := w.id()
-			w.kill()
-			now := mutexcheck.Now()
-			c.inproc.Trouble(id, now, now, "kill", 0)
-			c.kills.Add(1)
-			if front {
-				c.fair.add(func(t *fairTrouble) {
-					t.BunchKills++
-					if headSecond {
-						t.HeadSecondKills++
-					}
-				})
-			}
-			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
-			w.start()
-			continue
-		}
-		lo, hi := c.cfg.PauseMin, c.cfg.PauseMax
-		if hi == 0 {
-			lo, hi = c.cfg.Heartbeat, 2*c.cfg.Lease+c.cfg.Safe
-		}
-		d := between(rng, lo, hi)
-		w.pause(d)
-		c.pauses.Add(1)
-		if d > c.cfg.Lease {
-			c.longPauses.Add(1)
-		}
-		if front {
-			c.fair.add(func(t *fairTrouble) {
-				t.HeadPauses++
-				if d > c.cfg.Lease {
-					t.LongHeadPauses++
-				}
-			})
-		}
-	}
-}
-
-// abandonClients closes a random in-process client without releasing
-// its locks, as a crashing process would leave them.
-func (c *chaos) abandonClients(ctx, holders context.Context) {
-	if c.cfg.InProcess == 0 {
-		return
-	}
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 3))
-	for sleep(ctx, around(rng, c.cfg.AbandonEvery)) {
-		// Prefer a client that holds a lock now.
-		var v any
-		for range 200 {
-			cand, ok := c.slots.Load(rng.IntN(c.cfg.InProcess))
-			if ok {
-				v = cand
-				if len(cand.(*ddblock.Client).HeldLocks()) > 0 {
-					break
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		if v == nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(holders, 10*time.Second)
-		client := v.(*ddblock.Client)
-		if err := client.Close(cctx, false); err != nil && holders.Err() == nil {
-			c.problem("abandoning a client: %v", err)
-		}
-		cancel()
-		now := mutexcheck.Now()
-		c.inproc.Trouble(client.Options().OwnerName, now, now, "abandon", 0)
-		c.abandons.Add(1)
-	}
-}
-
-// check reads every event log of the run.
-func (c *chaos) check() mutexcheck.Report {
+// events reads every event log of the run.
+func (c *chaos) events() []mutexcheck.Event {
 	files, err := filepath.Glob(filepath.Join(c.dir, "*.log"))
 	if err != nil || len(files) == 0 {
 		c.t.Fatalf("no event logs in %s: %v", c.dir, err)
@@ -743,7 +785,7 @@ func (c *chaos) check() mutexcheck.Report {
 		}
 		events = append(events, evs...)
 	}
-	return mutexcheck.Check(events)
+	return events
 }
 
 // takeOverLeftovers checks that no lock item was lost or corrupted:
@@ -801,71 +843,17 @@ func (c *chaos) takeOverLeftovers(maxToken map[string]int64) int {
 	return left
 }
 
-// workerSlot is one worker process position; a killed worker is
-// replaced by a new incarnation in the same slot, behind the same proxy.
-type workerSlot struct {
-	workerProc
-	c       *chaos
-	proxy   *faultproxy.Proxy
-	flavour int
-	inc     int
-}
-
-// id is the name of the worker's current incarnation.
-func (w *workerSlot) id() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return fmt.Sprintf("%s.%d", w.name, w.inc)
-}
-
-func (w *workerSlot) start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.inc++
-	cfg := w.c.cfg
-	id := fmt.Sprintf("%s.%d", w.name, w.inc)
-	logPath := filepath.Join(w.c.dir, id+".log")
-	cmd := exec.Command(w.c.bin,
-		"-endpoint", w.proxy.URL(),
-		"-table", w.c.env.table,
-		"-keys", strings.Join(w.c.keys, ","),
-		"-clients", fmt.Sprint(cfg.ClientsPerWorker),
-		"-id", id,
-		"-log", logPath,
-		"-heartbeat", cfg.Heartbeat.String(), "-safe", cfg.Safe.String(), "-lease", cfg.Lease.String(),
-		"-hold-min", cfg.HoldMin.String(), "-hold-max", cfg.HoldMax.String(), "-step", cfg.Step.String(),
-		"-long-share", fmt.Sprint(cfg.LongShare), "-long-min", cfg.LongMin.String(), "-long-max", cfg.LongMax.String(),
-		"-retry-period", cfg.RetryPeriod.String(),
-		"-attempts", fmt.Sprint(cfg.Attempts),
-		// Worker 0's clients use the session flavours, worker 1's plain
-		// and fencing: every kind is killed and paused.
-		"-flavour", fmt.Sprint(2*w.flavour+3), "-max-clock-skew", cfg.MaxClockSkew.String(),
-		fmt.Sprintf("-trust-context=%v", cfg.TrustContext),
-		// Every other worker's odd clients campaign in elections.
-		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
-		"-semaphore-slots", fmt.Sprint(cfg.SemaphoreSlots),
-		fmt.Sprintf("-fair=%v", cfg.Fair),
-		"-fair-timeout", cfg.FairTimeout.String(),
-		"-crowd", fmt.Sprint(cfg.WorkerCrowd),
-		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100)),
-	)
-	w.launchLocked(id, cmd, newEventTail(logPath, tenures))
-}
-
-// stop asks the worker to finish (by closing its stdin), waits for it,
-// and adds its counters.
-func (w *workerSlot) stop() {
-	id := w.id()
-	out, ok := w.finish(30 * time.Second)
-	now := mutexcheck.Now()
-	w.c.inproc.Trouble(id, now, now, "exit", 0)
-	if !ok {
-		return
+// everyTrouble is a run's shortfall unless faults and each trouble
+// named struck at least once; "" when they all did.
+func everyTrouble(res chaosResult, names ...string) string {
+	parts := []string{fmt.Sprintf("faults %d", res.faults())}
+	short := res.faults() == 0
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, res.Struck[n]))
+		short = short || res.Struck[n] == 0
 	}
-	var res struct{ Stats ddblock.Stats }
-	if err := json.Unmarshal(out, &res); err != nil {
-		w.c.problem("worker %s printed %q: %v", w.name, out, err)
-		return
+	if !short {
+		return ""
 	}
-	w.c.addStats(res.Stats)
+	return strings.Join(parts, ", ") + ": every kind of trouble must happen at least once"
 }

@@ -4,16 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,291 +27,72 @@ import (
 // anything); guarded writes must lose none. No overlap checker is
 // needed: the counters are the proof.
 
-// lostConfig sizes one run of the lost-update workload.
-type lostConfig struct {
-	Duration time.Duration
+// counterWork is the lost-update workload of a chaos run.
+type counterWork struct {
 	// Guarded makes every write a guarded write.
 	Guarded bool
-	// Keys is the number of keys (and counters) everyone contends for.
-	Keys int
-	// InProcess incrementers are goroutines, each with its own client
-	// and fault proxy; Workers are OS processes of ClientsPerWorker
-	// incrementers each, behind one proxy per process.
-	InProcess, Workers, ClientsPerWorker int
-	// FaultEvery and ProcEvery are the mean pauses between a fault
-	// switched on and a worker killed or paused.
-	FaultEvery, ProcEvery  time.Duration
-	Heartbeat, Safe, Lease time.Duration
 	// IncMin and IncMax bound a tenure's increments.
 	IncMin, IncMax int
-	// StallShare is the share of in-process writes that are stalled
-	// after the lock was checked: the holder's traffic (heartbeats and
-	// the write) is held in the network for StallMin to StallMax, long
-	// enough for another holder to take the lock over.
-	StallShare         float64
-	StallMin, StallMax time.Duration
 	// WorkerStallShare is the share of workers' writes that wait
-	// WorkerStall after the lock was checked: a window the test's
+	// WorkerStall after the lock was checked: a window the workers'
 	// SIGSTOPs aim at.
 	WorkerStallShare float64
 	WorkerStall      time.Duration
-	RetryPeriod      time.Duration
-	Attempts         int
-	MaxClockSkew     time.Duration
-	// SemaphoreSlots, when positive, makes some holders take the keys as
-	// semaphores of that many slots, each slot with a counter.
-	SemaphoreSlots int
-	Seed           uint64
 }
 
-func defaultLost(d time.Duration, guarded bool) lostConfig {
-	return lostConfig{
-		Duration: d, Guarded: guarded,
-		Keys:      2,
-		InProcess: 5, Workers: 2, ClientsPerWorker: 2,
-		FaultEvery: 300 * time.Millisecond, ProcEvery: 800 * time.Millisecond,
-		Heartbeat: 100 * time.Millisecond, Safe: 400 * time.Millisecond, Lease: 600 * time.Millisecond,
-		IncMin: 1, IncMax: 6,
-		StallShare: 0.08, StallMin: 1200 * time.Millisecond, StallMax: 2 * time.Second,
-		WorkerStallShare: 0.1, WorkerStall: 40 * time.Millisecond,
-		RetryPeriod:    15 * time.Millisecond,
-		Attempts:       3,
-		MaxClockSkew:   50 * time.Millisecond,
-		SemaphoreSlots: 2,
-		Seed:           uint64(time.Now().UnixNano()),
+// defaultLost is the lost-update run: in-process writers and two
+// worker processes of incrementers, every flavour, locks, slots of
+// semaphores of 2 and elections, under faults (transactions' too),
+// stalls, kills, and pauses from the lease to twice the lease and more.
+func defaultLost(d time.Duration, guarded bool) chaosConfig {
+	cfg := defaultChaos(d)
+	cfg.Keys = 2
+	cfg.FaultEvery, cfg.Transactions = 300*time.Millisecond, true
+	cfg.SemaphoreSlots = 2
+	cfg.Counters = &counterWork{Guarded: guarded, IncMin: 1, IncMax: 6, WorkerStallShare: 0.1, WorkerStall: 40 * time.Millisecond}
+	cfg.Mix = []kind{
+		writers{N: 5, StallShare: 0.08, StallMin: 1200 * time.Millisecond, StallMax: 2 * time.Second},
+		workers{N: 2, Clients: 2, Every: 800 * time.Millisecond, PauseMin: cfg.Lease, PauseMax: 2*cfg.Lease + cfg.Safe},
 	}
+	return cfg
 }
 
-// lostResult is what a run did and what the counters say.
-type lostResult struct {
-	Config   lostConfig
-	Elapsed  time.Duration
-	Counts   mutexcheck.CountReport
-	Overlap  mutexcheck.Report
-	Injected map[faultproxy.Kind]int64
-	Requests int64
-	// Stalls counts the in-process writes stalled in the network; Kills
-	// and Pauses the SIGKILLs and SIGSTOPs sent to workers, LongPauses
-	// those longer than the lease, and AimedPauses those sent while a
-	// worker had a write under way (logged, outcome not yet).
-	Stalls                                 int64
-	Kills, Pauses, LongPauses, AimedPauses int
-	WorkerStarts                           int
+// writers is N in-process incrementers ("u0", "u1", ...), each with a
+// client of its own behind a proxy of its own, in flavour i and by i%4
+// with AcquireLock, WithLock, a semaphore's slot and an election. A
+// StallShare of their writes are stalled after the lock was checked:
+// the holder's traffic (heartbeats and the write) is held in the
+// network for StallMin to StallMax, long enough for another holder to
+// take the lock over.
+type writers struct {
+	N                  int
+	StallShare         float64
+	StallMin, StallMax time.Duration
 }
 
-func (r lostResult) faults() int64 {
-	var n int64
-	for _, v := range r.Injected {
-		n += v
+func (k writers) describe() string { return fmt.Sprintf("%d in-process writers", k.N) }
+
+func (k writers) start(c *chaos, ctx context.Context) party {
+	for i := range k.N {
+		p := c.proxy(fmt.Sprintf("u%d-*", i))
+		c.running.Go(func() { k.run(c, ctx, i, p) })
 	}
-	return n
+	return calm{}
 }
 
-// Summary formats the run's figures.
-func (r lostResult) Summary() string {
-	var b strings.Builder
-	c := r.Config
-	mode := "UNGUARDED (plain UpdateItem after a check of Lock.Err())"
-	if c.Guarded {
-		mode = "GUARDED (Lock.GuardedWrite; the update has no condition of its own)"
-	}
-	fmt.Fprintf(&b, "lost-update run, %s writes: %v, %d keys, %d in-process clients + %d worker processes x %d clients; heartbeat %v, safe %v, lease %v; seed %d\n",
-		mode, r.Elapsed.Round(time.Second), c.Keys, c.InProcess, c.Workers, c.ClientsPerWorker, c.Heartbeat, c.Safe, c.Lease, c.Seed)
-	fmt.Fprintf(&b, "machine: %s/%s, %d CPUs, %s, race detector %v, server %s\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), raceEnabled, ddbtest.SharedServer().Name())
-	b.WriteString(r.Counts.Summary())
-	o := r.Overlap
-	fmt.Fprintf(&b, "tenures %d (by kind: %s), handoffs %d, takeovers of a lock still held %d; overlap checker (steps only): violations %d\n",
-		o.Tenures, formatKinds(o.ByKind), o.Handoffs, o.Takeovers, len(o.Violations))
-	fmt.Fprintf(&b, "failed calls: %s\n", formatKinds(o.Failures))
-	var kinds []string
-	for _, k := range append(slices.Clone(faultproxy.Kinds), faultproxy.TransactionConflict) {
-		if n := r.Injected[k]; n > 0 {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		}
-	}
-	fmt.Fprintf(&b, "faults injected %d of %d requests: %s\n", r.faults(), r.Requests, strings.Join(kinds, ", "))
-	fmt.Fprintf(&b, "in-process writes stalled in the network %d; worker kills %d, pauses %d (%d longer than the lease, %d aimed at a write under way), worker incarnations %d\n",
-		r.Stalls, r.Kills, r.Pauses, r.LongPauses, r.AimedPauses, r.WorkerStarts)
-	return b.String()
-}
-
-func formatKinds(m map[string]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// lostRun is one run in progress.
-type lostRun struct {
-	t        *testing.T
-	cfg      lostConfig
-	env      *env
-	data     string
-	keys     []string
-	dir      string
-	bin      string
-	proxies  []*faultproxy.Proxy
-	targets  []string // whom each proxy's faults strike (see chaos.targets)
-	inproc   *mutexcheck.Log
-	workers  []*counterWorker
-	problems chan string
-
-	stalls                                   atomic.Int64
-	kills, pauses, longPauses, aimed, starts atomic.Int64
-}
-
-func (c *lostRun) problem(format string, args ...any) {
-	select {
-	case c.problems <- fmt.Sprintf(format, args...):
-	default:
-	}
-}
-
-// runLost runs the workload for cfg.Duration and returns its figures. It
-// fails the test on a harness problem, an unclear error, or an overlap
-// of verified steps; the caller judges the counts.
-func runLost(t *testing.T, cfg lostConfig) lostResult {
-	c := &lostRun{
-		t: t, cfg: cfg, env: newEnv(t), bin: workerBinary(t),
-		dir:      t.TempDir(),
-		problems: make(chan string, 1000),
-	}
-	c.data = c.env.table + "_data"
-	ddbtest.CreateTable(t, c.env.direct, c.data)
-	if *logDir != "" {
-		c.dir = filepath.Join(*logDir, fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix()))
-		if err := os.MkdirAll(c.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("event logs in %s", c.dir)
-	}
-	for i := range cfg.Keys {
-		c.keys = append(c.keys, fmt.Sprintf("key-%d", i))
-	}
-	f, err := os.Create(filepath.Join(c.dir, "inprocess.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	inproc := mutexcheck.NewLog(f)
-	c.inproc = inproc
-
-	start := time.Now()
-	holders, stopHolders := context.WithCancel(context.Background())
-	var holdersDone sync.WaitGroup
-	holdersDone.Go(func() { mutexcheck.WatchStalls(holders, inproc, "inproc") })
-	for i := range cfg.InProcess {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		c.targets = append(c.targets, fmt.Sprintf("g%d-*", i))
-		holdersDone.Go(func() { c.runInProcess(holders, i, p, inproc) })
-	}
-	for i := range cfg.Workers {
-		p := c.env.proxy()
-		c.proxies = append(c.proxies, p)
-		c.targets = append(c.targets, fmt.Sprintf("w%d.*", i))
-		w := &counterWorker{c: c, proxy: p, flavour: i, workerProc: workerProc{name: fmt.Sprintf("w%d", i), problem: c.problem}}
-		c.workers = append(c.workers, w)
-		w.start()
-	}
-	t.Cleanup(func() {
-		for _, w := range c.workers {
-			w.killNow()
-		}
-	})
-
-	chaosCtx, stopChaos := context.WithTimeout(context.Background(), cfg.Duration)
-	var chaosDone sync.WaitGroup
-	chaosDone.Go(func() { c.injectFaults(chaosCtx) })
-	chaosDone.Go(func() { c.disturbWorkers(chaosCtx) })
-	<-chaosCtx.Done()
-	chaosDone.Wait()
-	stopChaos()
-
-	// Calm the network, then stop everyone; writes under way finish, and
-	// unknown outcomes are resolved, without faults.
-	for _, p := range c.proxies {
-		p.Clear()
-	}
-	var stopping sync.WaitGroup
-	for _, w := range c.workers {
-		stopping.Go(w.stop)
-	}
-	stopHolders()
-	holdersDone.Wait()
-	stopping.Wait()
-	elapsed := time.Since(start)
-
-	res := lostResult{Config: cfg, Elapsed: elapsed, Injected: map[faultproxy.Kind]int64{}}
-	for _, p := range c.proxies {
-		counts := p.Counts()
-		res.Requests += counts.Requests
-		for k, v := range counts.Injected {
-			res.Injected[k] += v
-		}
-	}
-	res.Stalls = c.stalls.Load()
-	res.Kills, res.Pauses, res.LongPauses, res.AimedPauses, res.WorkerStarts =
-		int(c.kills.Load()), int(c.pauses.Load()), int(c.longPauses.Load()), int(c.aimed.Load()), int(c.starts.Load())
-
-	events := c.events()
-	final := map[string]int64{}
-	for _, ev := range events {
-		if ev.Kind == mutexcheck.Write {
-			final[ev.Key] = 0
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for key := range final {
-		n, err := mutexcheck.ReadCounter(ctx, c.env.direct, c.data, key)
-		if err != nil {
-			t.Fatalf("reading the counter of %s: %v", key, err)
-		}
-		final[key] = n
-	}
-	res.Counts = mutexcheck.CountIncrements(events, final)
-	res.Overlap = mutexcheck.Check(events)
-
-	close(c.problems)
-	for p := range c.problems {
-		t.Errorf("harness: %s", p)
-	}
-	for _, p := range res.Counts.Problems {
-		t.Errorf("inconsistent record: %s", p)
-	}
-	for _, p := range res.Overlap.Problems {
-		t.Errorf("inconsistent record: %s", p)
-	}
-	for _, u := range res.Overlap.Unclear {
-		t.Errorf("unclear error from %s (%s): %s", u.Tenure, u.Key, u.Detail)
-	}
-	// Steps are verified looks at the lock: even the unguarded writers'
-	// steps never overlap. Their writes, which land later, are what the
-	// counters catch.
-	for _, v := range res.Overlap.Violations {
-		t.Errorf("MUTUAL EXCLUSION VIOLATED (verified steps): %s", v)
-	}
-	reportProgress(t, res.Overlap)
-	return res
-}
-
-// runInProcess runs in-process incrementer i until ctx ends.
-func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, log *mutexcheck.Log) {
+// run runs in-process incrementer i until ctx ends.
+func (k writers) run(c *chaos, ctx context.Context, i int, p *faultproxy.Proxy) {
 	cfg := c.cfg
+	if cfg.Counters == nil {
+		c.problem("writers without a lost-update workload (chaosConfig.Counters)")
+		return
+	}
 	ddb := ddbtest.SharedServer().ClientFor(p.URL(), cfg.Attempts)
 	flavours := mutexcheck.Flavours(cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
-	name := fmt.Sprintf("g%d-%s", i, fl.Name)
-	opts := append(times(cfg.Heartbeat, cfg.Safe, cfg.Lease),
-		ddblock.WithTableName(c.env.table), ddblock.WithLogger(quiet), ddblock.WithOwnerName(name))
-	api := &mutexcheck.Recorder{API: ddb, Client: name, Log: log}
+	name := fmt.Sprintf("u%d-%s", i, fl.Name)
+	opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
+	api := &mutexcheck.Recorder{API: ddb, Client: name, Log: c.log}
 	client, err := ddblock.New(api, append(opts, fl.Options...)...)
 	if err != nil {
 		c.problem("ddblock.New: %v", err)
@@ -327,24 +100,24 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))
 	h := &mutexcheck.Incrementer{
-		ID: name, Client: client, Data: ddb, DataTable: c.data, Keys: c.keys, Log: log,
-		Guarded: cfg.Guarded, IncMin: cfg.IncMin, IncMax: cfg.IncMax,
-		StallShare: cfg.StallShare,
+		ID: name, Client: client, Data: ddb, DataTable: c.data, Keys: c.keys, Log: c.log,
+		Guarded: cfg.Counters.Guarded, IncMin: cfg.Counters.IncMin, IncMax: cfg.Counters.IncMax,
+		StallShare: k.StallShare,
 		// The holder's traffic is held in the network, heartbeats and
 		// the write alike, as a partition or a slow network would: the
 		// lock goes stale and is taken over while the write is on its
 		// way.
 		Stall: func(context.Context) func() {
-			rule := faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, cfg.StallMin, cfg.StallMax)}
-			f, err := injectLogged(p, rule, log, name)
+			rule := faultproxy.Rule{Kind: faultproxy.Latency, Delay: between(rng, k.StallMin, k.StallMax)}
+			f, err := injectLogged(p, rule, c.log, name)
 			if err != nil {
 				c.problem("stall: %v", err)
 				return nil
 			}
-			c.stalls.Add(1)
+			c.count("stall")
 			return f.Remove
 		},
-		CallTimeout: cfg.StallMax + 2*time.Second, ResolveFor: 20 * time.Second,
+		CallTimeout: k.StallMax + 2*time.Second, ResolveFor: 20 * time.Second,
 		AcquireTimeout: 3 * time.Second,
 		AcquireOptions: []ddblock.AcquireOption{ddblock.WithRetryPeriod(cfg.RetryPeriod)},
 		UseWithLock:    i%4 == 1,
@@ -357,136 +130,27 @@ func (c *lostRun) runInProcess(ctx context.Context, i int, p *faultproxy.Proxy, 
 	if err := h.Run(ctx); err != nil {
 		c.problem("incrementer %s: %v", name, err)
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.closeClient(client, name)
+}
+
+// countIncrements reads the final counters and counts the increments.
+func (c *chaos) countIncrements(events []mutexcheck.Event) mutexcheck.CountReport {
+	final := map[string]int64{}
+	for _, ev := range events {
+		if ev.Kind == mutexcheck.Write {
+			final[ev.Key] = 0
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := client.Close(cctx, true); err != nil {
-		c.problem("closing %s: %v", name, err)
-	}
-	now := mutexcheck.Now()
-	log.Trouble(name, now, now, "closed", 0)
-}
-
-// events reads every event log of the run.
-func (c *lostRun) events() []mutexcheck.Event {
-	files, err := filepath.Glob(filepath.Join(c.dir, "*.log"))
-	if err != nil || len(files) == 0 {
-		c.t.Fatalf("no event logs in %s: %v", c.dir, err)
-	}
-	var events []mutexcheck.Event
-	for _, name := range files {
-		f, err := os.Open(name)
+	for key := range final {
+		n, err := mutexcheck.ReadCounter(ctx, c.env.direct, c.data, key)
 		if err != nil {
-			c.t.Fatal(err)
+			c.t.Fatalf("reading the counter of %s: %v", key, err)
 		}
-		evs, err := mutexcheck.Parse(f)
-		f.Close()
-		if err != nil {
-			c.t.Errorf("%s: %v", name, err)
-		}
-		events = append(events, evs...)
+		final[key] = n
 	}
-	return events
-}
-
-// injectFaults switches a random fault on at a random proxy every so
-// often, for a random while: the checker's faults, and transaction
-// conflicts and lost replies on the guarded writes.
-func (c *lostRun) injectFaults(ctx context.Context) {
-	injectFaultsEvery(ctx, faultPlan{
-		seed: c.cfg.Seed, every: c.cfg.FaultEvery, proxies: c.proxies, targets: c.targets, log: c.inproc,
-		rule: func(rng *rand.Rand) faultproxy.Rule { return badDayRule(rng, c.cfg.Safe, c.cfg.Lease, true) }, problem: c.problem,
-	})
-}
-
-// disturbWorkers kills or pauses a random worker every so often, aiming
-// at a write under way: one action in three is a SIGKILL (the worker is
-// restarted), the others a SIGSTOP from the lease to twice the lease
-// and more.
-func (c *lostRun) disturbWorkers(ctx context.Context) {
-	if len(c.workers) == 0 {
-		return
-	}
-	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
-	for n := 0; sleep(ctx, around(rng, c.cfg.ProcEvery)); n++ {
-		w := c.workers[rng.IntN(len(c.workers))]
-		aimed := w.waitOpen(ctx, time.Second)
-		if n%3 == 1 {
-			id := w.id()
-			w.kill()
-			now := mutexcheck.Now()
-			c.inproc.Trouble(id, now, now, "kill", 0)
-			c.kills.Add(1)
-			time.Sleep(between(rng, 50*time.Millisecond, 300*time.Millisecond))
-			w.start()
-			continue
-		}
-		d := between(rng, c.cfg.Lease, 2*c.cfg.Lease+c.cfg.Safe)
-		w.pause(d)
-		c.pauses.Add(1)
-		if aimed {
-			c.aimed.Add(1)
-		}
-		if d > c.cfg.Lease {
-			c.longPauses.Add(1)
-		}
-	}
-}
-
-// counterWorker is one worker process position of the lost-update run;
-// a killed worker is replaced in the same slot, behind the same proxy.
-type counterWorker struct {
-	workerProc
-	c       *lostRun
-	proxy   *faultproxy.Proxy
-	flavour int
-	inc     int
-}
-
-func (w *counterWorker) start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.inc++
-	w.c.starts.Add(1)
-	cfg := w.c.cfg
-	id := fmt.Sprintf("%s.%d", w.name, w.inc)
-	logPath := filepath.Join(w.c.dir, id+".log")
-	cmd := exec.Command(w.c.bin,
-		"-endpoint", w.proxy.URL(),
-		"-table", w.c.env.table,
-		"-keys", strings.Join(w.c.keys, ","),
-		"-clients", fmt.Sprint(cfg.ClientsPerWorker),
-		"-id", id,
-		"-log", logPath,
-		"-heartbeat", cfg.Heartbeat.String(), "-safe", cfg.Safe.String(), "-lease", cfg.Lease.String(),
-		"-retry-period", cfg.RetryPeriod.String(),
-		"-attempts", fmt.Sprint(cfg.Attempts),
-		// Worker 0's clients use the session flavours, worker 1's plain
-		// and fencing, as in the checker.
-		"-flavour", fmt.Sprint(2*w.flavour+3), "-max-clock-skew", cfg.MaxClockSkew.String(),
-		fmt.Sprintf("-elections=%v", w.flavour%2 == 1),
-		"-semaphore-slots", fmt.Sprint(cfg.SemaphoreSlots),
-		"-seed", fmt.Sprint(cfg.Seed+uint64(w.inc*100+w.flavour)),
-		"-counter-table", w.c.data,
-		fmt.Sprintf("-guarded=%v", cfg.Guarded),
-		"-inc-min", fmt.Sprint(cfg.IncMin), "-inc-max", fmt.Sprint(cfg.IncMax),
-		"-stall-share", fmt.Sprint(cfg.WorkerStallShare), "-stall", cfg.WorkerStall.String(),
-	)
-	w.launchLocked(id, cmd, newEventTail(logPath, writesUnderWay))
-}
-
-// stop closes the worker's stdin and waits for it to finish cleanly.
-func (w *counterWorker) stop() {
-	id := w.id()
-	w.finish(60 * time.Second)
-	now := mutexcheck.Now()
-	w.c.inproc.Trouble(id, now, now, "exit", 0)
-}
-
-// id is the name of the worker's current incarnation.
-func (w *counterWorker) id() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return fmt.Sprintf("%s.%d", w.name, w.inc)
+	return mutexcheck.CountIncrements(events, final)
 }
 
 // TestLostUpdates is the proof by lost updates, in CI's short run (about
@@ -506,7 +170,7 @@ func TestLostUpdates(t *testing.T) {
 	}
 
 	t.Run("unguarded", func(t *testing.T) {
-		res := runLost(t, defaultLost(controlFor, false))
+		res := runChaos(t, defaultLost(controlFor, false))
 		report(t, res)
 		cr := res.Counts
 		// The negative control: a workload that cannot lose updates
@@ -524,7 +188,7 @@ func TestLostUpdates(t *testing.T) {
 			guardedUnsupported(t)
 			return
 		}
-		res := runLost(t, defaultLost(guardedFor, true))
+		res := runChaos(t, defaultLost(guardedFor, true))
 		report(t, res)
 		cr := res.Counts
 		if cr.Lost != 0 || cr.Duplicates != 0 {
@@ -560,7 +224,7 @@ func TestLostUpdates(t *testing.T) {
 // report logs a run's figures (prints them in a soak) and checks that
 // it did what it claims: without increments, takeovers, stalls, faults,
 // kills and pauses, a zero proves nothing.
-func report(t *testing.T, res lostResult) {
+func report(t *testing.T, res chaosResult) {
 	t.Helper()
 	if *soakFor > 0 {
 		fmt.Printf("\n=== %s ===\n%s\n", t.Name(), res.Summary())
@@ -571,16 +235,15 @@ func report(t *testing.T, res lostResult) {
 	if cr.Acked < 100 {
 		t.Errorf("only %d acknowledged increments: too little work to show anything", cr.Acked)
 	}
-	if res.Overlap.Takeovers == 0 {
+	if res.Report.Takeovers == 0 {
 		t.Error("no takeover of a lock still held: nothing made a holder lose its lock")
 	}
-	if res.Stalls == 0 || res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 {
-		t.Errorf("stalls %d, faults %d, kills %d, pauses %d: every kind of trouble must happen at least once",
-			res.Stalls, res.faults(), res.Kills, res.Pauses)
+	if s := everyTrouble(res, "stall", "kill", "pause"); s != "" {
+		t.Error(s)
 	}
 	for _, kind := range []string{"plain", "fencing", "fast", "session", "session-fast"} {
-		if res.Overlap.ByKind[kind] == 0 {
-			t.Errorf("no working tenure of a %s client: %v", kind, res.Overlap.ByKind)
+		if res.Report.ByKind[kind] == 0 {
+			t.Errorf("no working tenure of a %s client: %v", kind, res.Report.ByKind)
 		}
 	}
 }

@@ -58,8 +58,7 @@ func semaphoreChaos(d time.Duration) chaosConfig {
 	cfg := defaultChaos(d)
 	cfg.Keys = 2
 	cfg.SemaphoreSlots = 2
-	cfg.InProcess = 8
-	cfg.ClientsPerWorker = 4
+	cfg.Mix = []kind{defaultInProcess(8), defaultWorkers(2, 4)}
 	return cfg
 }
 
@@ -73,9 +72,8 @@ func TestMutualExclusionWithSemaphores(t *testing.T) {
 	runChaosShowing(t, 20*time.Second, semaphoreChaos, func(res chaosResult) []string {
 		var short []string
 		rep := res.Report
-		if res.faults() == 0 || res.Kills == 0 || res.Pauses == 0 || res.Abandons == 0 {
-			short = append(short, fmt.Sprintf("faults %d, kills %d, pauses %d, abandons %d: every kind of trouble must happen at least once",
-				res.faults(), res.Kills, res.Pauses, res.Abandons))
+		if s := everyTrouble(res, "kill", "pause", "abandon"); s != "" {
+			short = append(short, s)
 		}
 		// The limit is only tested if it was reached: both slots of a
 		// name worked at once.
@@ -123,16 +121,7 @@ func TestCheckerCatchesHolderOverLimit(t *testing.T) {
 			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
-			steps := func(id string, lock *ddblock.Lock) {
-				for range 5 {
-					t0 := mutexcheck.Now()
-					if lock.Err() != nil {
-						t.Fatalf("%s lost its lock: %v", id, lock.Err())
-					}
-					log.Step(id, t0)
-					time.Sleep(2 * time.Millisecond)
-				}
-			}
+			steps := func(id string, lock *ddblock.Lock) { workSteps(t, log, id, lock, 5) }
 			work := func(id string, lock *ddblock.Lock, key string) {
 				log.Acquired(id, key, mutexcheck.Now(), lock.RecordVersionNumber(), lock.FencingToken(), "")
 				steps(id, lock)
@@ -221,16 +210,16 @@ func (c *chaos) resizeSemaphores(ctx context.Context) {
 			for i := 0; ctx.Err() == nil; i++ {
 				n := c.cfg.ResizeTo[(i+k)%len(c.cfg.ResizeTo)]
 				name := fmt.Sprintf("resize-%s.%d", key, i)
-				c.inproc.Resize(name, key, mutexcheck.Now(), n, "begin")
+				c.log.Resize(name, key, mutexcheck.Now(), n, "begin")
 				rctx, cancel := context.WithTimeout(context.Background(), 10*c.cfg.Lease)
 				err := sem.Resize(rctx, n)
 				cancel()
 				phase := "done"
 				if err != nil {
 					phase = "failed"
-					c.inproc.Failure("resizer", "resize", mutexcheck.Now(), string(ddblock.CodeOf(err)), err.Error())
+					c.log.Failure("resizer", "resize", mutexcheck.Now(), string(ddblock.CodeOf(err)), err.Error())
 				}
-				c.inproc.Resize(name, key, mutexcheck.Now(), n, phase)
+				c.log.Resize(name, key, mutexcheck.Now(), n, phase)
 				t := time.NewTimer(c.cfg.ResizeEvery)
 				select {
 				case <-ctx.Done():
@@ -262,8 +251,8 @@ func TestMutualExclusionWithSemaphoreResizes(t *testing.T) {
 				short = append(short, fmt.Sprintf("semaphore %s never had more than %d holders at once: the grown sizes were not used", key, rep.PeakHolders[key]))
 			}
 		}
-		if res.Kills == 0 || res.Pauses == 0 || rep.Handoffs < 50 {
-			short = append(short, fmt.Sprintf("kills %d, pauses %d, handoffs %d: too little trouble to show anything", res.Kills, res.Pauses, rep.Handoffs))
+		if res.Struck["kill"] == 0 || res.Struck["pause"] == 0 || rep.Handoffs < 50 {
+			short = append(short, fmt.Sprintf("kills %d, pauses %d, handoffs %d: too little trouble to show anything", res.Struck["kill"], res.Struck["pause"], rep.Handoffs))
 		}
 		return short
 	}, nil)
@@ -285,16 +274,7 @@ func TestCheckerCatchesHoldersOverResizedLimit(t *testing.T) {
 			opts := times(100*time.Millisecond, 10*time.Second, 15*time.Second)
 			var buf bytes.Buffer
 			log := mutexcheck.NewLog(&buf)
-			steps := func(id string, lock *ddblock.Lock) {
-				for range 5 {
-					t0 := mutexcheck.Now()
-					if lock.Err() != nil {
-						t.Fatalf("%s lost its lock: %v", id, lock.Err())
-					}
-					log.Step(id, t0)
-					time.Sleep(2 * time.Millisecond)
-				}
-			}
+			steps := func(id string, lock *ddblock.Lock) { workSteps(t, log, id, lock, 5) }
 			held := map[int]*ddblock.Lock{}
 			ids := map[int]string{}
 			for _, id := range []string{"a", "b", "c"} {

@@ -2,6 +2,7 @@ package clock
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -43,17 +44,35 @@ func TestFake(t *testing.T) {
 	if want := start.Add(1500*time.Millisecond - time.Hour); !f.Now().Equal(want) {
 		t.Errorf("Now after the jump = %v; want %v", f.Now(), want)
 	}
-	if err := f.WaitForTimers(1, 10*time.Millisecond); err == nil {
-		t.Error("WaitForTimers should time out with no timer pending")
-	}
-	go func() { time.Sleep(5 * time.Millisecond); f.NewTimer(time.Minute) }()
-	if err := f.WaitForTimers(1, 5*time.Second); err != nil {
-		t.Error(err)
-	}
 	instant := f.NewTimer(0)
 	select {
 	case <-instant.C():
 	default:
 		t.Error("a zero timer should fire at once")
 	}
+}
+
+// WaitForTimers gives up after its limit with no timer pending, and
+// wakes for a timer made while it waits. In a bubble its own wait's
+// timer is fake, and synctest.Wait says when it is blocked: no real
+// time passes, however loaded the machine.
+func TestFakeWaitForTimers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		if err := f.WaitForTimers(1, 10*time.Millisecond); err == nil {
+			t.Error("WaitForTimers should time out with no timer pending")
+		}
+		done := make(chan error, 1)
+		go func() { done <- f.WaitForTimers(1, 5*time.Second) }()
+		synctest.Wait() // it waits
+		select {
+		case err := <-done:
+			t.Fatalf("WaitForTimers returned %v with no timer pending", err)
+		default:
+		}
+		f.NewTimer(time.Minute)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -386,3 +386,17 @@ func (h *Holder) failed(op string, err error) bool {
 	// on would spin, logging a failure each time.
 	return code == ddblock.CodeClientShutdown && (op == "acquire" || op == "campaign")
 }
+
+// AddStats adds the counters of s that the reliability runs report
+// (heartbeats, late rounds, danger, recoveries, thefts, locks of dead
+// sessions) to total: the test's and the worker processes' one sum.
+func AddStats(total *ddblock.Stats, s ddblock.Stats) {
+	total.HeartbeatsSent += s.HeartbeatsSent
+	total.HeartbeatsFailed += s.HeartbeatsFailed
+	total.HeartbeatsSkipped += s.HeartbeatsSkipped
+	total.LateRounds += s.LateRounds
+	total.InDanger += s.InDanger
+	total.Recovered += s.Recovered
+	total.Stolen += s.Stolen
+	total.DeadSessionLocks += s.DeadSessionLocks
+}

@@ -257,15 +257,7 @@ func run(endpoint, table, keys string, clients, crowd int, id, logPath string, h
 		if err := c.Close(cctx, true); err != nil {
 			runErrs = append(runErrs, fmt.Errorf("closing a client: %w", err))
 		}
-		s := c.Stats()
-		total.LateRounds += s.LateRounds
-		total.HeartbeatsSent += s.HeartbeatsSent
-		total.HeartbeatsFailed += s.HeartbeatsFailed
-		total.HeartbeatsSkipped += s.HeartbeatsSkipped
-		total.InDanger += s.InDanger
-		total.Recovered += s.Recovered
-		total.Stolen += s.Stolen
-		total.DeadSessionLocks += s.DeadSessionLocks
+		mutexcheck.AddStats(&total, c.Stats())
 	}
 	if err := events.Err(); err != nil {
 		runErrs = append(runErrs, fmt.Errorf("writing the log: %w", err))
