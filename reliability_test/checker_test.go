@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -329,5 +330,79 @@ func TestRecorderSeesRetriedPutAsUnknown(t *testing.T) {
 	events, perr := mutexcheck.Parse(bytes.NewReader(buf.bytes()))
 	if perr != nil || len(events) != 1 || events[0].Note != "err" || events[0].Detail != "v1" {
 		t.Fatalf("logged %+v (%v); want one put of v1 with an unknown outcome", events, perr)
+	}
+}
+
+// TestMutualExclusionWithSets mixes holders that take sets of keys at
+// once (AcquireLocks, one transaction), polling and fair, in the test
+// and in worker processes that are killed and paused, with every other
+// kind of holder on the same keys: every flavour, elections, WithLock,
+// semaphore slots, fair waiters and `ddblock run`. On a server without
+// transactions (dynalite) a set is refused, typed, and writes nothing.
+func TestMutualExclusionWithSets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	if !ddbtest.Shared(t).HasTransactions() {
+		setsUnsupported(t)
+		return
+	}
+	runChaosShowing(t, 20*time.Second, setChaos, func(res chaosResult) []string {
+		var short []string
+		rep := res.Report
+		if s := everyTrouble(res, "kill", "pause", "abandon"); s != "" {
+			short = append(short, s)
+		}
+		sets, setFair, others := 0, 0, 0
+		for kind, n := range rep.ByKind {
+			switch {
+			case strings.HasPrefix(kind, "set-") && strings.Contains(kind, "-fair"):
+				setFair += n
+				sets += n
+			case strings.HasPrefix(kind, "set-"):
+				sets += n
+			default:
+				others += n
+			}
+		}
+		if sets < 10 || setFair == 0 || others == 0 {
+			short = append(short, fmt.Sprintf("working tenures of sets %d (fair %d), of others %d (%v): the run must mix them", sets, setFair, others, rep.ByKind))
+		}
+		if rep.Handoffs < 50 || rep.Takeovers == 0 {
+			short = append(short, fmt.Sprintf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers))
+		}
+		return short
+	}, nil)
+}
+
+// setChaos is the checker's mix with sets of two of eight keys: two
+// in-process slots (one fair, one polling) and each worker's first
+// client take sets, half of the other waiters wait fairly, the transactions meet the faults of
+// transactions, and three `ddblock run` slots hold keys beside them.
+func setChaos(d time.Duration) chaosConfig {
+	cfg := defaultChaos(d)
+	// Eight keys: a set needs both its keys free at one look, which
+	// four keys under every other kind of holder rarely are.
+	cfg.Keys = 8
+	cfg.SetSize, cfg.Fair, cfg.Transactions = 2, true, true
+	cfg.SemaphoreSlots = 2
+	cfg.Mix = []kind{inProcess{N: 8, Shared: 3, AbandonEvery: 2 * time.Second}, defaultWorkers(2, 2),
+		ddblockRuns{N: 3, HoldMin: 20 * time.Millisecond, HoldMax: time.Second, Every: time.Second}}
+	return cfg
+}
+
+// setsUnsupported checks, where the server has no transactions, that a
+// set is refused with TRANSACTIONS_UNSUPPORTED and nothing is written.
+func setsUnsupported(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(e.direct)
+	ctx := context.Background()
+	if _, err := c.AcquireLocks(ctx, []string{"a", "b"}); !errors.Is(err, ddblock.CodeTransactionsUnsupported) {
+		t.Fatalf("AcquireLocks on %s: %v; want TRANSACTIONS_UNSUPPORTED", ddbtest.Shared(t).Name(), err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, err := c.GetLock(ctx, k, "-"); !errors.Is(err, ddblock.CodeLockNotFound) {
+			t.Fatalf("GetLock(%s) after a refused set: %v; want LOCK_NOT_FOUND", k, err)
+		}
 	}
 }

@@ -63,6 +63,11 @@ type chaosConfig struct {
 	// semaphore_test.go).
 	ResizeTo    []int
 	ResizeEvery time.Duration
+	// SetSize, when at least 2, makes every fourth in-process slot (those
+	// of AcquireLock) and the workers' first clients take sets of 2 to
+	// SetSize keys at once (AcquireLocks, mutexcheck.Holder.SetSize);
+	// their kind is "set-" and their flavour's.
+	SetSize int
 	// Fair makes the even in-process slots and the workers' even clients
 	// wait fairly (mutexcheck.Fair), among the others that do not.
 	Fair bool
@@ -533,11 +538,19 @@ func (p *inProcessParty) runSlot(ctx context.Context, i int, proxy *faultproxy.P
 	sdk := ddbtest.SharedServer().ClientFor(proxy.URL(), c.cfg.Attempts)
 	flavours := mutexcheck.Flavours(c.cfg.MaxClockSkew)
 	fl := flavours[i%len(flavours)]
-	if c.cfg.Fair && i%2 == 0 {
+	setSize := 0
+	if c.cfg.SetSize >= 2 && i%4 == 0 {
+		setSize = c.cfg.SetSize
+	}
+	// Half the set slots wait fairly, the others poll.
+	if c.cfg.Fair && i%2 == 0 && (setSize == 0 || i%8 == 0) {
 		fl = mutexcheck.Fair(fl)
 	}
 	for gen := 1; ctx.Err() == nil; gen++ {
 		name := fmt.Sprintf("g%d.%d-%s", i, gen, fl.Name)
+		if setSize > 0 {
+			name = fmt.Sprintf("g%d.%d-set-%s", i, gen, fl.Name)
+		}
 		opts := append(slices.Clone(c.opts), ddblock.WithOwnerName(name))
 		ddb := &mutexcheck.Recorder{API: sdk, Client: name, Log: c.log}
 		client, err := ddblock.New(ddb, append(opts, fl.Options...)...)
@@ -551,6 +564,12 @@ func (p *inProcessParty) runSlot(ctx context.Context, i int, proxy *faultproxy.P
 		acquireTimeout := 3 * time.Second
 		if strings.HasSuffix(fl.Name, "-fair") && c.cfg.FairTimeout > 0 {
 			acquireTimeout = c.cfg.FairTimeout
+			acquireOpts = append(acquireOpts, ddblock.WithRetryTimeout(acquireTimeout))
+		}
+		if setSize > 0 {
+			// A set needs all its keys free at one look: it waits
+			// longer than the others, or it would rarely get them.
+			acquireTimeout = 5 * time.Second
 			acquireOpts = append(acquireOpts, ddblock.WithRetryTimeout(acquireTimeout))
 		}
 		if i%4 <= 1 && p.k.Shared > 1 {
@@ -574,6 +593,7 @@ func (p *inProcessParty) runSlot(ctx context.Context, i int, proxy *faultproxy.P
 				UseSemaphore:   c.cfg.SemaphoreSlots > 0 && i%4 == 2,
 				Slots:          c.cfg.SemaphoreSlots,
 				DirectSlots:    c.cfg.SemaphoreSlots,
+				SetSize:        setSize,
 				Seed:           c.cfg.Seed + uint64(i*1000+gen) + uint64(g)<<32,
 				CallsRecorded:  true,
 			}

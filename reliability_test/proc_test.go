@@ -398,6 +398,7 @@ func (w *workerSlot) start() {
 		fmt.Sprintf("-fair=%v", cfg.Fair),
 		"-fair-timeout", cfg.FairTimeout.String(),
 		"-crowd", fmt.Sprint(k.Crowd),
+		"-set-size", fmt.Sprint(cfg.SetSize),
 		"-seed", fmt.Sprint(cfg.Seed + uint64(w.inc*100+w.flavour)),
 	}
 	track := tenures

@@ -70,6 +70,7 @@ func main() {
 		semSlots   = flag.Int("semaphore-slots", 0, "when positive, even clients take the keys as semaphores of this many slots")
 		fairTO     = flag.Duration("fair-timeout", 0, "when positive, the deadline (and RetryTimeout) of a fair waiter's acquire, instead of -acquire-timeout")
 		crowd      = flag.Int("crowd", 0, "this many more clients, each waiting fairly for the first key's lock only: a kill of the process takes several fair waiters of one line at once")
+		setSize    = flag.Int("set-size", 0, "when at least 2, the first client takes sets of 2 to this many keys at once (AcquireLocks)")
 		counters   = flag.String("counter-table", "", "run the lost-update workload on the counter items of this table")
 		guarded    = flag.Bool("guarded", false, "with -counter-table: write the counters with guarded writes")
 		incMin     = flag.Int("inc-min", 1, "with -counter-table: fewest increments of one tenure")
@@ -88,6 +89,7 @@ func main() {
 		TrustContext:   *trustCtx,
 		UseElection:    *elections,
 		Slots:          *semSlots,
+		SetSize:        *setSize,
 	}
 	var counter *mutexcheck.Incrementer
 	if *counters != "" {
@@ -161,8 +163,12 @@ func run(endpoint, table, keys string, clients, crowd int, id, logPath string, h
 	}
 	for i := range clients + crowd {
 		fl := flavour(i)
-		name := fmt.Sprintf("%s/c%d-%s", id, i, fl.Name)
 		inCrowd := i >= clients
+		sets := i == 0 && hold.SetSize >= 2 && !inCrowd
+		name := fmt.Sprintf("%s/c%d-%s", id, i, fl.Name)
+		if sets {
+			name = fmt.Sprintf("%s/c%d-set-%s", id, i, fl.Name)
+		}
 		if inCrowd {
 			name = fmt.Sprintf("%s/k%d-crowd-%s", id, i, fl.Name)
 		}
@@ -226,6 +232,13 @@ func run(endpoint, table, keys string, clients, crowd int, id, logPath string, h
 		}
 		if inCrowd {
 			h.Keys = h.Keys[:1]
+		}
+		if sets {
+			h.SetSize = hold.SetSize
+			h.UseWithLock, h.UseElection, h.UseSemaphore = false, false, false
+			// A set needs all its keys free at one look: it waits longer.
+			h.AcquireTimeout = 5 * time.Second
+			h.AcquireOptions = append(slices.Clone(h.AcquireOptions), ddblock.WithRetryTimeout(h.AcquireTimeout))
 		}
 		holders := []*mutexcheck.Holder{h}
 		if strings.HasPrefix(fl.Name, "session") && !inCrowd {
