@@ -282,7 +282,9 @@ func libError(err error, table string) error {
 		return fail(exitUnavailable, "%v", err)
 	case ddblock.CodeTableNotFound:
 		return fail(exitUnavailable, "table %q does not exist (create it with: ddblock create-table --table %s)", table, table)
-	case ddblock.CodeAcquireTimeout:
+	case ddblock.CodeAcquireTimeout, ddblock.CodeTransactionConflict:
+		// Not acquired within the wait: held, or, for a set of keys,
+		// other writes kept changing its items.
 		return fail(exitBusy, "%v", err)
 	case ddblock.CodeLockNotFound:
 		return fail(exitNotFound, "no lock %s in table %q", lockName(e.PartitionKey, e.SortKey), table)

@@ -278,3 +278,26 @@ func TestHolderJudgements(t *testing.T) {
 		}
 	}
 }
+
+// Every code an acquire can end with has its exit status: a wait that
+// ran out on conflicting writes (a set of keys) is a lock not acquired
+// within --wait, not an internal error (the checker found a run that
+// exited 70 so).
+func TestLibErrorStatuses(t *testing.T) {
+	for code, want := range map[ddblock.Code]int{
+		ddblock.CodeAcquireTimeout:          exitBusy,
+		ddblock.CodeTransactionConflict:     exitBusy,
+		ddblock.CodeTransactionsUnsupported: exitUnavailable,
+		ddblock.CodeUnknown:                 exitUnavailable,
+		ddblock.CodeLockInDanger:            exitUnavailable,
+		ddblock.CodeInvalidArgument:         exitUsage,
+		ddblock.CodeInvalidItem:             exitDataErr,
+		ddblock.CodeAccessDenied:            exitNoPerm,
+	} {
+		err := libError(&ddblock.Error{Code: code, Message: "m"}, "t")
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != want {
+			t.Errorf("libError(%s) = %v; want exit %d", code, err, want)
+		}
+	}
+}
