@@ -337,8 +337,9 @@ func TestRecorderSeesRetriedPutAsUnknown(t *testing.T) {
 // once (AcquireLocks, one transaction), polling and fair, in the test
 // and in worker processes that are killed and paused, with every other
 // kind of holder on the same keys: every flavour, elections, WithLock,
-// semaphore slots, fair waiters and `ddblock run`. On a server without
-// transactions (dynalite) a set is refused, typed, and writes nothing.
+// semaphore slots, fair waiters and `ddblock run`, one key or two. On a
+// server without transactions (dynalite) a set is refused, typed, and
+// writes nothing.
 func TestMutualExclusionWithSets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -371,6 +372,9 @@ func TestMutualExclusionWithSets(t *testing.T) {
 		if rep.Handoffs < 50 || rep.Takeovers == 0 {
 			short = append(short, fmt.Sprintf("handoffs %d, takeovers %d: too little contention to show anything", rep.Handoffs, rep.Takeovers))
 		}
+		if rep.Progress["ddblock-run:set-fast"].Acquired+rep.Progress["ddblock-run:set-session"].Acquired == 0 {
+			short = append(short, "no `ddblock run --key` acquired its two keys")
+		}
 		return short
 	}, nil)
 }
@@ -378,7 +382,8 @@ func TestMutualExclusionWithSets(t *testing.T) {
 // setChaos is the checker's mix with sets of two of eight keys: two
 // in-process slots (one fair, one polling) and each worker's first
 // client take sets, half of the other waiters wait fairly, the transactions meet the faults of
-// transactions, and three `ddblock run` slots hold keys beside them.
+// transactions, and four `ddblock run` slots hold keys beside them, two
+// of them two keys at once (`run --key`).
 func setChaos(d time.Duration) chaosConfig {
 	cfg := defaultChaos(d)
 	// Eight keys: a set needs both its keys free at one look, which
@@ -387,7 +392,7 @@ func setChaos(d time.Duration) chaosConfig {
 	cfg.SetSize, cfg.Fair, cfg.Transactions = 2, true, true
 	cfg.SemaphoreSlots = 2
 	cfg.Mix = []kind{inProcess{N: 8, Shared: 3, AbandonEvery: 2 * time.Second}, defaultWorkers(2, 2),
-		ddblockRuns{N: 3, HoldMin: 20 * time.Millisecond, HoldMax: time.Second, Every: time.Second}}
+		ddblockRuns{N: 4, SetSlots: 2, HoldMin: 20 * time.Millisecond, HoldMax: time.Second, Every: time.Second}}
 	return cfg
 }
 
@@ -405,4 +410,20 @@ func setsUnsupported(t *testing.T) {
 			t.Fatalf("GetLock(%s) after a refused set: %v; want LOCK_NOT_FOUND", k, err)
 		}
 	}
+}
+
+// TestSetSoak is TestMutualExclusionWithSets for longer, on a server
+// with transactions (doc/reliability.md):
+//
+//	DDBLOCK_TEST_SERVER=dynamodb-local go test ./reliability_test -run TestSetSoak -soak=5m -v -timeout 0
+func TestSetSoak(t *testing.T) {
+	if *soakFor <= 0 {
+		t.Skip("set -soak=5m to run the soak")
+	}
+	if !ddbtest.Shared(t).HasTransactions() {
+		setsUnsupported(t)
+		return
+	}
+	res := runChaos(t, setChaos(*soakFor))
+	fmt.Printf("\n=== ddblock reliability soak with sets of keys ===\n%s\n", res.Summary())
 }

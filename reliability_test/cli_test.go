@@ -107,22 +107,46 @@ func stepperMain(args []string) int {
 	start := mutexcheck.Now()
 	log.Acquired(tenure, key, start, os.Getenv("DDBLOCK_RECORD_VERSION_NUMBER"), token,
 		os.Getenv("DDBLOCK_TAKEN_OVER_FROM"))
+	// Under `run --key`, a tenure for each further key (runTenures).
+	tenures := []string{tenure}
+	n, _ := strconv.Atoi(os.Getenv("DDBLOCK_KEYS"))
+	for i := 1; i < n; i++ {
+		tn := runTenure(tenure, i)
+		token, _ := strconv.ParseInt(os.Getenv(fmt.Sprintf("DDBLOCK_FENCING_TOKEN_%d", i)), 10, 64)
+		log.Acquired(tn, os.Getenv(fmt.Sprintf("DDBLOCK_KEY_%d", i)), start,
+			os.Getenv(fmt.Sprintf("DDBLOCK_RECORD_VERSION_NUMBER_%d", i)), token,
+			os.Getenv(fmt.Sprintf("DDBLOCK_TAKEN_OVER_FROM_%d", i)))
+		tenures = append(tenures, tn)
+	}
+	end := func(reason string) {
+		for _, tn := range tenures {
+			log.Ended(tn, mutexcheck.Now(), reason)
+		}
+	}
 	deadline := start + int64(hold)
 	for {
 		t := mutexcheck.Now()
 		select {
 		case <-term:
-			log.Ended(tenure, mutexcheck.Now(), "SIGTERM")
+			end("SIGTERM")
 			return 128 + int(syscall.SIGTERM)
 		default:
 		}
-		log.Step(tenure, t)
+		for _, tn := range tenures {
+			log.Step(tn, t)
+		}
 		if t >= deadline {
-			log.Ended(tenure, mutexcheck.Now(), "done")
+			end("done")
 			return 0
 		}
 		time.Sleep(step)
 	}
+}
+
+// runTenure names the tenure of the i-th key of a `run --key` tenure
+// (i ≥ 1), a tenure of the same holder.
+func runTenure(tenure string, i int) string {
+	return fmt.Sprintf("%s.%d", tenure, i)
 }
 
 func readOr(path string) string {
@@ -295,7 +319,9 @@ func TestCheckerCatchesEscapedCommand(t *testing.T) {
 // SIGKILL. About every Every, one that holds its lock is struck: its
 // ddblock paused alone or killed, or its guard killed or paused.
 type ddblockRuns struct {
-	N                int
+	N int
+	// SetSlots of the N slots hold two keys at once (`run --key`).
+	SetSlots         int
 	HoldMin, HoldMax time.Duration
 	Every            time.Duration
 	IgnoreTermShare  float64
@@ -332,8 +358,12 @@ func (k ddblockRuns) start(c *chaos, ctx context.Context) party {
 		if cfg.SemaphoreSlots == 0 && strings.HasPrefix(fl.kind, "slots") {
 			fl = runFlavours[i%3]
 		}
+		keys := 1
+		if i >= k.N-k.SetSlots {
+			fl.kind, fl.flags, keys = "set-"+fl.kind, slices.DeleteFunc(slices.Clone(fl.flags), func(f string) bool { return f == "--slots" || f == slots }), 2
+		}
 		name := fmt.Sprintf("run%d-%s", i, fl.kind)
-		s := &runSlot{p: p, name: name, proxy: c.proxy(name + "*"), flags: fl.flags,
+		s := &runSlot{p: p, name: name, proxy: c.proxy(name + "*"), flags: fl.flags, keys: keys,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))}
 		// A run waits as AcquireLock does by default: it looks every
 		// heartbeat period.
@@ -445,6 +475,7 @@ type runSlot struct {
 	name  string
 	proxy *faultproxy.Proxy
 	flags []string
+	keys  int // keys a run holds at once
 	rng   *rand.Rand
 	n     int
 
@@ -461,7 +492,12 @@ func (s *runSlot) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.n++
 		tenure := fmt.Sprintf("%s#%d", s.name, s.n)
-		key := c.keys[s.rng.IntN(len(c.keys))]
+		perm := s.rng.Perm(len(c.keys))[:s.keys]
+		key := c.keys[perm[0]]
+		var also []string // the further keys of a `run --key`
+		for _, j := range perm[1:] {
+			also = append(also, "--key", c.keys[j])
+		}
 		hold := between(s.rng, k.HoldMin, k.HoldMax)
 		logPath := filepath.Join(c.dir, strings.ReplaceAll(tenure, "#", "-")+".log")
 		stepper := []string{s.p.self, stepperArg, logPath, tenure, hold.String(), cfg.Step.String()}
@@ -471,7 +507,7 @@ func (s *runSlot) loop(ctx context.Context) {
 		args := append([]string{"run", "--endpoint", s.proxy.URL(), "--table", c.env.table,
 			"--owner", tenure, "--heartbeat", cfg.Heartbeat.String(), "--safe", cfg.Safe.String(), "--lease", cfg.Lease.String(),
 			"--wait", wait.String()}, s.flags...)
-		args = append(append(args, key, "--"), stepper...)
+		args = append(append(append(args, also...), key, "--"), stepper...)
 		cmd := exec.Command(s.p.bin, args...)
 		cmd.Env = ddblockEnv(s.p.srv)
 		var stderr bytes.Buffer
@@ -484,6 +520,13 @@ func (s *runSlot) loop(ctx context.Context) {
 		attemptKey := key
 		if slices.Contains(s.flags, "--slots") {
 			attemptKey += "/slot-*"
+		}
+		if s.keys > 1 {
+			setKeys := []string{key}
+			for j := 1; j < len(also); j += 2 {
+				setKeys = append(setKeys, also[j])
+			}
+			attemptKey = mutexcheck.SetKey(setKeys)
 		}
 		start := mutexcheck.Now()
 		c.log.Attempting(s.name, attemptKey, start)
@@ -549,7 +592,11 @@ func (s *runSlot) ended(tenure, logPath string, ps *os.ProcessState, stderr stri
 			return
 		}
 		defer f.Close()
-		mutexcheck.NewLog(f).Released(tenure, now, outcome)
+		log := mutexcheck.NewLog(f)
+		log.Released(tenure, now, outcome)
+		for i := 1; i < s.keys; i++ {
+			log.Released(runTenure(tenure, i), now, outcome)
+		}
 	}
 	switch {
 	case code == 0 && started && strings.Contains(stderr, "could not release lock"):
