@@ -14,6 +14,7 @@ import (
 
 	"github.com/ddblock/ddblock"
 	"github.com/ddblock/ddblock/internal/clock"
+	"github.com/ddblock/ddblock/internal/ddbtest"
 )
 
 // fastTimings keep an election's waits short without sleeping through
@@ -398,6 +399,24 @@ func TestContextsCheckTheClock(t *testing.T) {
 		defer cancel()
 		clk.pause(21 * time.Second)
 		wantInDanger(t, "the lock's context", lctx)
+	})
+	t.Run("LockSet.Context", func(t *testing.T) {
+		c, clk := newClient()
+		keys := []string{"set-1", "set-2"}
+		if !ddbtest.Shared(t).HasTransactions() {
+			keys = keys[:1] // a set of one key needs no transaction
+		}
+		set, err := c.AcquireLocks(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, cancel := set.Context(ctx)
+		defer cancel()
+		if sctx.Err() != nil {
+			t.Fatal("cancelled at once")
+		}
+		clk.pause(21 * time.Second)
+		wantInDanger(t, "the set's context", sctx)
 	})
 }
 

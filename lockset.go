@@ -77,24 +77,50 @@ func (s *LockSet) Locks() []*Lock {
 
 // Context returns a context that is cancelled, as [Lock.Context]'s is,
 // the moment any lock of the set is released, stolen, goes into danger
-// or its client closes; context.Cause gives that lock's error. Call
-// cancel when the work is done.
+// or its client closes; context.Cause gives that lock's error. Its Err
+// checks every lock's clock, as Lock.Err does: right after a pause past
+// a lock's safe period it is not nil, even before the client's monitor
+// has run. Call cancel when the work is done.
 func (s *LockSet) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if s == nil || len(s.locks) == 0 {
 		return cancelledContext(invalidArg("LockSet", "holds no locks: it was not made by AcquireLocks")), func() {}
 	}
-	ctx = parent
-	cancels := make([]context.CancelFunc, 0, len(s.locks))
-	for _, l := range s.locks {
-		var c context.CancelFunc
-		ctx, c = l.Context(ctx)
-		cancels = append(cancels, c)
+	if err := checkContext(parent); err != nil {
+		return cancelledContext(err), func() {}
 	}
-	return ctx, func() {
-		for _, c := range slices.Backward(cancels) {
-			c()
+	inner, cancelCause := context.WithCancelCause(parent)
+	stops := make([]func(), 0, len(s.locks))
+	for _, l := range s.locks {
+		lctx, lcancel := l.Context(inner)
+		stop := context.AfterFunc(lctx, func() { cancelCause(context.Cause(lctx)) })
+		stops = append(stops, func() { stop(); lcancel() })
+	}
+	return setContext{Context: inner, locks: s.locks, cancel: cancelCause}, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancelCause(context.Canceled)
+	}
+}
+
+// setContext is the context LockSet.Context returns. A context derived
+// from several locks' contexts would check only the last one's clock in
+// its Err; this one checks each lock's, and ends at once when one is not
+// held.
+type setContext struct {
+	context.Context
+	locks  []*Lock
+	cancel context.CancelCauseFunc
+}
+
+func (c setContext) Err() error {
+	for _, l := range c.locks {
+		if err := l.Err(); err != nil {
+			c.cancel(err)
+			break
 		}
 	}
+	return c.Context.Err()
 }
 
 // Release gives back every lock of the set, at the same time, each as
