@@ -555,6 +555,36 @@ const (
 	conflictBackoffMax = 160 * time.Millisecond
 )
 
+// conflictBackoff paces the tries of a write that DynamoDB refused for a
+// transaction under way on one of its items (a heartbeat, a release, a
+// set's transaction): pauses that double from conflictBackoffMin to
+// conflictBackoffMax, each a random time between half and all of it, so
+// that writes that keep meeting part. Its zero value is ready to use.
+type conflictBackoff struct{ next time.Duration }
+
+// step returns the next pause.
+func (b *conflictBackoff) step() time.Duration {
+	if b.next == 0 {
+		b.next = conflictBackoffMin
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, conflictBackoffMax)
+	return d
+}
+
+// wait pauses for the next step, in real time; false when ctx ended
+// first.
+func (b *conflictBackoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.step())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // sendHeartbeatThroughConflicts sends a heartbeat, and sends it again
 // while DynamoDB refuses it for a transaction conflict, until ctx (the
 // heartbeat's timeout) ends. gate, when not nil, is the lock's: after the
@@ -570,14 +600,13 @@ const (
 func (c *Client) sendHeartbeatThroughConflicts(ctx context.Context, pk, sk, oldRVN string, gate *writeGate) (sentHeartbeat, error) {
 	var drained <-chan struct{} // nil once the writes held back have finished, or with no gate
 	held := false
-	backoff := conflictBackoffMin
+	var backoff conflictBackoff
 	for {
 		hb, err := c.sendHeartbeat(ctx, pk, sk, oldRVN)
 		if !wire.TransactionConflict(err) || wire.OutcomeUnknown(err) {
 			return hb, err
 		}
-		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
-		backoff = min(2*backoff, conflictBackoffMax)
+		wait := backoff.step()
 		if gate != nil && !held {
 			var release func()
 			drained, release = gate.hold()

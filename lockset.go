@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -394,6 +393,7 @@ func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 	if !m.allMayWrite() {
 		return nil, nil
 	}
+	var backoff conflictBackoff
 	for tries := 0; ; tries++ {
 		won, err := m.put(ctx)
 		switch {
@@ -407,11 +407,9 @@ func (m *setAcquire) attempt(ctx context.Context) (*Lock, error) {
 			// Transient: the retry loop tries again at the next attempt.
 			return nil, m.fail(CodeTransactionConflict, "other writes kept changing the keys' items while the set was put", nil)
 		}
-		// Another write was changing one of the items: try again soon,
-		// at a random moment, so that two transactions that keep meeting
-		// part.
-		if err := m.pause(ctx, 5*time.Millisecond+rand.N(25*time.Millisecond<<tries)); err != nil {
-			return nil, err
+		// Another write was changing one of the items: try again soon.
+		if !backoff.wait(ctx) {
+			return nil, contextError(ctx, m.fail)
 		}
 	}
 }
@@ -425,20 +423,6 @@ func (m *setAcquire) allMayWrite() bool {
 		}
 	}
 	return true
-}
-
-// pause waits d, or until ctx ends. It waits in real time, not on the
-// client's clock: what it waits for is a transaction under way in
-// DynamoDB.
-func (m *setAcquire) pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return contextError(ctx, m.fail)
-	}
 }
 
 // lookAtAll reads every key of the set, at the same time, and records
@@ -586,6 +570,7 @@ func (m *setAcquire) resolve(ctx context.Context, tw transactWriter, in *dynamod
 	c := m.c
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.HeartbeatTimeout)
 	defer cancel()
+	var backoff conflictBackoff
 	for tries := 0; tries < 3 && rctx.Err() == nil; tries++ {
 		_, err := tw.TransactWriteItems(rctx, in, c.callOpts("TransactWriteItems")...)
 		if err == nil {
@@ -594,9 +579,7 @@ func (m *setAcquire) resolve(ctx context.Context, tw transactWriter, in *dynamod
 		var inProgress *types.TransactionInProgressException
 		switch {
 		case errors.As(err, &inProgress):
-			if perr := m.pause(rctx, 50*time.Millisecond<<tries); perr != nil {
-				tries = 3
-			}
+			backoff.wait(rctx) // the first is still under way
 			continue
 		case wire.OutcomeUnknown(err):
 			continue

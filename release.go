@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -182,23 +181,12 @@ func (c *Client) giveBack(ctx context.Context, pk, sk, rvn string, counted bool)
 
 // throughConflicts makes a plain write, and makes it again while DynamoDB
 // refuses it for a transaction conflict (which proves it was not
-// applied), after a pause that doubles from conflictBackoffMin to
-// conflictBackoffMax, with jitter, until ctx ends. The pauses are in real
-// time: what they wait for is a transaction under way in DynamoDB.
+// applied), after a conflictBackoff pause, until ctx ends.
 func throughConflicts(ctx context.Context, write func() error) error {
-	backoff := conflictBackoffMin
+	var backoff conflictBackoff
 	for {
 		err := write()
-		if !wire.TransactionConflict(err) || wire.OutcomeUnknown(err) {
-			return err
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, conflictBackoffMax)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !wire.TransactionConflict(err) || wire.OutcomeUnknown(err) || !backoff.wait(ctx) {
 			return err
 		}
 	}
