@@ -131,7 +131,7 @@ func (l *Lock) traceLossLocked(code Code) {
 	if l.traceCtx == nil || c.tracer == nil {
 		return
 	}
-	held := c.clock.Monotonic() - l.acquired
+	held := l.heldFor(c.clock.Monotonic())
 	parent := l.traceCtx
 	l.reportLocked(func() {
 		_, span := c.tracer.StartSpan(parent, spanLockLoss)

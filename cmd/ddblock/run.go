@@ -70,8 +70,8 @@ says who holds which. COMMAND is safe only while every lock is: the
 guard's deadline is the earliest of theirs, and one lock lost stops
 COMMAND (exit 76). A server without transactions (dynalite) is refused
 with exit 69, nothing written. A key named twice, more than 100 keys, or
---key with --slots is exit 64; so is --fair with --key while the library
-refuses to wait in line for a set (with --wait 0, --fair is ignored).
+--key with --slots is exit 64. With --fair the run waits its turn in
+each key's line, in one order for every run (see doc/waiting.md).
 
 COMMAND runs in its own process group, with the lock in its environment:
   DDBLOCK_KEY, DDBLOCK_SORT_KEY   the lock's key (no sort key: empty)
@@ -498,9 +498,8 @@ func (r *runner) waitForLock(ctx context.Context) (held, error) {
 	}
 	holder := "someone else"
 	if r.multi() && r.fair && r.wait > 0 {
-		// Several keys wait in line from the start, if the library lets
-		// a set wait in line (if not, it refuses before any call): a
-		// plain first try would take the keys out of line.
+		// Several keys wait in line from the start: a plain first try
+		// would take the keys out of line.
 		holder = ""
 	} else {
 		switch {
